@@ -1,0 +1,164 @@
+"""Implementations under test: the bundled kernels, and outside ones given as `--kernel OP=PATH`.
+
+PATH is a .py module defining the op's function (or `reference`, the name the competition
+imports), or a competition .zip read the way the judge reads it: `<op>.py` plus optional
+`<op>_<vendor>.py` members; every Python member becomes its own implementation, because vendor
+files are where unexercised bugs hide. Every problem is a KernelLoadError whose message names
+the argument and what was expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from oracles.registry import OPS, get_op
+
+VENDORS = ("iluvatar", "metax", "enflame", "hygon", "kunlunxin", "ascend", "amd", "nvidia")
+ZIP_MAX_BYTES = 10 * 1024 * 1024
+
+
+class KernelLoadError(ValueError):
+    """An outside kernel that cannot be tested; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Implementation:
+    op: str
+    name: str  # shown in test ids and reports: "bundled", "fused", "my.py", "sub.zip:hc_head_amd.py"
+    fn: Callable = field(compare=False)
+    path: Path | None = None  # the source file, for the static scan and the fixture's kernel hash
+    sha256: str = ""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass
+class LoadedKernel:
+    op: str
+    source: str  # the PATH as given
+    implementations: list[Implementation]
+    notes: list[str] = field(default_factory=list)  # e.g. zip members that were ignored
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def bundled_implementations(op: str) -> list[Implementation]:
+    spec = get_op(op)
+    module = spec.kernel_module
+    table = getattr(module, "IMPLEMENTATIONS", None) or {"bundled": getattr(module, op)}
+    path = Path(module.__file__)
+    return [Implementation(op, name, fn, path, file_sha256(path)) for name, fn in table.items()]
+
+
+def parse_kernel_option(value: str) -> tuple[str, Path]:
+    op, sep, path = value.partition("=")
+    if not sep or not op or not path:
+        raise KernelLoadError(f"--kernel {value!r}: expected OP=PATH, e.g. --kernel hc_head=my_kernel.py")
+    if op not in OPS:
+        raise KernelLoadError(f"--kernel {value!r}: unknown op {op!r}; known ops: {', '.join(sorted(OPS))}")
+    return op, Path(path)
+
+
+def load_kernel(op: str, path: Path) -> LoadedKernel:
+    path = Path(path)
+    if not path.exists():
+        raise KernelLoadError(f"--kernel {op}={path}: no such file")
+    if path.suffix == ".py":
+        return LoadedKernel(op, str(path), [load_module_implementation(op, path, name=path.name)])
+    if path.suffix == ".zip":
+        return load_zip(op, path)
+    raise KernelLoadError(f"--kernel {op}={path}: expected a .py module or a competition .zip, got {path.suffix or 'no suffix'!r}")
+
+
+def entry_point(op: str, module, *, where: str) -> Callable:
+    """The op's function in `module`: `<op>`, else `reference`; its signature must accept the
+    judge's keyword arguments."""
+    fn = getattr(module, op, None) or getattr(module, "reference", None)
+    if fn is None or not callable(fn):
+        raise KernelLoadError(f"{where}: defines neither {op}() nor reference(); "
+                              f"expected a function {op}({', '.join(get_op(op).params)})")
+    params = get_op(op).params
+    try:
+        inspect.signature(fn).bind(**{p: None for p in params})
+    except TypeError as e:
+        raise KernelLoadError(f"{where}: {fn.__name__}{inspect.signature(fn)} cannot be called as the judge calls it "
+                              f"({', '.join(f'{p}=...' for p in params)}): {e}") from None
+    except ValueError:
+        pass  # builtins without a signature: nothing to check
+    return fn
+
+
+def load_module_implementation(op: str, path: Path, *, name: str) -> Implementation:
+    digest = file_sha256(path)
+    module_name = f"tritonfuzz_kernel_{digest[:12]}_{path.stem}"
+    where = f"--kernel {op}={name}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"{where}: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # @triton.jit needs the module importable by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the kernel author's import error, reported as a usage error
+        del sys.modules[module_name]
+        raise KernelLoadError(f"{where}: importing the module failed: {type(e).__name__}: {e}") from e
+    return Implementation(op, name, entry_point(op, module, where=where), path, digest)
+
+
+def zip_member_role(op: str, member: str) -> str | None:
+    """'generic' for <op>.py, the vendor for <op>_<vendor>.py, None for anything else."""
+    base = member.rsplit("/", 1)[-1]
+    if base == f"{op}.py":
+        return "generic"
+    for vendor in VENDORS:
+        if base == f"{op}_{vendor}.py":
+            return vendor
+    return None
+
+
+def load_zip(op: str, path: Path) -> LoadedKernel:
+    where = f"--kernel {op}={path}"
+    if path.stat().st_size > ZIP_MAX_BYTES:
+        raise KernelLoadError(f"{where}: {path.stat().st_size} bytes; the judge accepts at most {ZIP_MAX_BYTES}")
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile as e:
+        raise KernelLoadError(f"{where}: not a readable zip: {e}") from None
+    notes, members = [], []
+    with archive:
+        for info in archive.infolist():
+            if info.is_dir():
+                continue
+            role = zip_member_role(op, info.filename)
+            if role is None:
+                notes.append(f"{info.filename}: ignored (the judge reads only {op}.py and {op}_<vendor>.py, "
+                              f"vendor in {', '.join(VENDORS)})")
+                continue
+            data = archive.read(info)
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise KernelLoadError(f"{where}: member {info.filename} is not UTF-8 text: {e}") from None
+            members.append((info.filename, role, data))
+    if not any(role == "generic" for _, role, _ in members):
+        raise KernelLoadError(f"{where}: the zip holds no {op}.py (members: "
+                              f"{', '.join(i for i, _, _ in members) or 'none that the judge reads'})")
+    folder = Path(tempfile.mkdtemp(prefix=f"tritonfuzz-{op}-"))
+    implementations = []
+    for filename, role, data in sorted(members, key=lambda m: (m[1] != "generic", m[0])):
+        target = folder / role / Path(filename).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        implementations.append(load_module_implementation(op, target, name=f"{path.name}:{Path(filename).name}"))
+    return LoadedKernel(op, str(path), implementations, notes)

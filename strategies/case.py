@@ -1,0 +1,227 @@
+"""The Case: the unit that is generated, run, judged, minimized, saved and replayed.
+
+A Case is a frozen record of one call of an op: its named inputs in call order (tensors, ints,
+floats, None), the features that produced it ("nan", "tail", "ties", ...) for statistics, and a
+short label. Layout facts travel inside the tensors themselves: a strided view or a storage
+offset is kept as such, and serialization records shape, strides, storage offset and the raw
+bytes of the storage span the view can reach (the gaps included, so that a kernel that ignores
+strides reads the same poison after a round trip).
+
+Serialization is JSON with base64 raw bytes and, for small tensors, a readable preview. Floats
+are stored as float.hex, so the round trip is bit-exact; loading never executes anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+import torch
+
+FORMAT_VERSION = 1
+PREVIEW_MAX_ELEMENTS = 64
+
+DTYPES_BY_NAME = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "bool": torch.bool,
+}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES_BY_NAME.items()}
+
+
+class CaseFormatError(ValueError):
+    """A serialized case that cannot be read back: says which field and what was expected."""
+
+
+@dataclass(frozen=True, repr=False)
+class Case:
+    op: str
+    inputs: Mapping[str, Any]
+    features: frozenset = field(default_factory=frozenset)
+    label: str = ""
+
+    def __repr__(self) -> str:
+        label = f" {self.label!r}" if self.label else ""
+        return f"Case({self.op}{label}: {self.summary()}; features={sorted(self.features)})"
+
+    def with_inputs(self, **changes: Any) -> "Case":
+        return replace(self, inputs={**self.inputs, **changes})
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in self.inputs.items() if isinstance(v, torch.Tensor)}
+
+    def to(self, device: str | torch.device) -> dict[str, Any]:
+        """Fresh copies of the inputs on `device`, each with the same strides and storage offset."""
+        return {k: copy_preserving_layout(v, device) if isinstance(v, torch.Tensor) else v
+                for k, v in self.inputs.items()}
+
+    def summary(self) -> str:
+        """One line naming every argument: shapes, dtypes, layouts and scalars."""
+        parts = []
+        for name, value in self.inputs.items():
+            if isinstance(value, torch.Tensor):
+                layout = "" if value.is_contiguous() and value.storage_offset() == 0 else (
+                    f" stride={tuple(value.stride())} offset={value.storage_offset()}")
+                shape = "x".join(map(str, value.shape)) or "0-dim"
+                parts.append(f"{name}=[{shape}] {DTYPE_NAMES.get(value.dtype, value.dtype)}{layout}")
+            else:
+                parts.append(f"{name}={value!r}")
+        return ", ".join(parts)
+
+    def content_hash(self) -> str:
+        """Identity of the case: op and exact inputs (not features or label)."""
+        payload = json.dumps({"op": self.op, "inputs": _inputs_to_json(self.inputs, preview=False)},
+                             sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def storage_extent(t: torch.Tensor) -> int:
+    """Elements of storage from index 0 that the view can reach (0 for an empty tensor)."""
+    if t.numel() == 0:
+        return t.storage_offset()
+    return t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+def storage_span(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of the storage elements [0, storage_extent) underlying `t`."""
+    return t.as_strided((storage_extent(t),), (1,), 0)
+
+
+def copy_preserving_layout(t: torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """A copy of `t` on `device` with the same shape, strides and storage offset (gaps copied too)."""
+    span = storage_span(t).detach().clone().to(device)
+    return span.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON (de)serialization
+
+
+def float_to_json(value: float) -> dict:
+    return {"float": float(value).hex(), "value": value if math.isfinite(value) else repr(value)}
+
+
+def tensor_to_json(t: torch.Tensor, *, preview: bool = True) -> dict:
+    span = storage_span(t.detach().cpu()).contiguous()
+    raw = span.view(torch.uint8).numpy().tobytes() if span.numel() else b""
+    out = {
+        "dtype": DTYPE_NAMES[t.dtype],
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "storage_offset": t.storage_offset(),
+        "storage_elements": span.numel(),
+        "bytes_b64": base64.b64encode(raw).decode("ascii"),
+    }
+    if preview and t.numel() <= PREVIEW_MAX_ELEMENTS:
+        out["preview"] = _readable(t)
+    return out
+
+
+def _readable(t: torch.Tensor):
+    """Nested lists of numbers; non-finite values as strings so the file stays strict JSON."""
+    values = t.detach().cpu()
+    if values.is_floating_point():
+        values = values.double()
+
+    def fmt(v):
+        return v if not isinstance(v, float) or math.isfinite(v) else repr(v)
+
+    def walk(x):
+        return [walk(e) for e in x] if isinstance(x, list) else fmt(x)
+
+    return walk(values.tolist())
+
+
+def tensor_from_json(obj: Mapping, *, where: str) -> torch.Tensor:
+    try:
+        dtype = DTYPES_BY_NAME[obj["dtype"]]
+        shape, stride = [int(n) for n in obj["shape"]], [int(s) for s in obj["stride"]]
+        offset, elements = int(obj["storage_offset"]), int(obj["storage_elements"])
+        raw = base64.b64decode(obj["bytes_b64"], validate=True)
+    except KeyError as e:
+        raise CaseFormatError(f"{where}: missing field {e.args[0]!r} (expected dtype, shape, stride, "
+                              f"storage_offset, storage_elements, bytes_b64)") from None
+    except (ValueError, TypeError) as e:
+        raise CaseFormatError(f"{where}: malformed tensor field: {e}") from None
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if len(raw) != elements * itemsize:
+        raise CaseFormatError(f"{where}: {len(raw)} bytes of data, expected {elements} elements of "
+                              f"{obj['dtype']} = {elements * itemsize} bytes")
+    if len(shape) != len(stride) or any(n < 0 for n in shape) or any(s < 0 for s in stride):
+        raise CaseFormatError(f"{where}: shape {shape} and stride {stride} do not describe a view")
+    span = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype) if raw else torch.empty(0, dtype=dtype)
+    needed = offset + (1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0)
+    if needed > elements:
+        raise CaseFormatError(f"{where}: view needs {needed} storage elements, file has {elements}")
+    return span.as_strided(shape, stride, offset)
+
+
+def _inputs_to_json(inputs: Mapping[str, Any], *, preview: bool) -> dict:
+    out = {}
+    for name, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            out[name] = {"tensor": tensor_to_json(value, preview=preview)}
+        elif isinstance(value, bool) or value is None or isinstance(value, int):
+            out[name] = {"int": value} if isinstance(value, int) and not isinstance(value, bool) else {"value": value}
+        elif isinstance(value, float):
+            out[name] = float_to_json(value)
+        else:
+            raise TypeError(f"input {name!r}: cannot serialize {type(value).__name__}")
+    return out
+
+
+def _input_from_json(name: str, obj: Mapping) -> Any:
+    where = f"input {name!r}"
+    if not isinstance(obj, Mapping):
+        raise CaseFormatError(f"{where}: expected an object, got {type(obj).__name__}")
+    if "tensor" in obj:
+        return tensor_from_json(obj["tensor"], where=where)
+    if "float" in obj:
+        try:
+            return float.fromhex(obj["float"])
+        except (TypeError, ValueError):
+            raise CaseFormatError(f"{where}: 'float' must be a float.hex string, got {obj['float']!r}") from None
+    if "int" in obj:
+        if not isinstance(obj["int"], int):
+            raise CaseFormatError(f"{where}: 'int' must be an integer, got {obj['int']!r}")
+        return obj["int"]
+    if "value" in obj:
+        return obj["value"]
+    raise CaseFormatError(f"{where}: expected one of 'tensor', 'float', 'int', 'value'")
+
+
+def case_to_json(case: Case) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "op": case.op,
+        "label": case.label,
+        "features": sorted(case.features),
+        "inputs": _inputs_to_json(case.inputs, preview=True),
+    }
+
+
+def case_from_json(obj: Any, *, where: str = "case") -> Case:
+    if not isinstance(obj, Mapping):
+        raise CaseFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if obj.get("format") != FORMAT_VERSION:
+        raise CaseFormatError(f"{where}: format {obj.get('format')!r}, this tritonfuzz reads {FORMAT_VERSION}")
+    for key in ("op", "inputs"):
+        if key not in obj:
+            raise CaseFormatError(f"{where}: missing field {key!r}")
+    inputs = obj["inputs"]
+    if not isinstance(inputs, Mapping):
+        raise CaseFormatError(f"{where}: 'inputs' must be an object")
+    return Case(
+        op=str(obj["op"]),
+        inputs={name: _input_from_json(name, value) for name, value in inputs.items()},
+        features=frozenset(obj.get("features", ())),
+        label=str(obj.get("label", "")),
+    )

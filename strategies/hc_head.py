@@ -1,0 +1,159 @@
+"""hc_head cases: shapes, eps edge cases, special values, all-zero tokens, layouts; the judge's
+seven cases; and the structural moves the minimizer uses to make a failing case smaller."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from strategies.case import Case
+from strategies.values import (FLOAT_DTYPES, Layout, apply_overrides, background, eps_values, hostile_sizes,
+                               layouts, magnitudes, place, seeds, sparse_overrides, special_values)
+
+OP = "hc_head"
+
+# Case sizes by where the kernel runs: the CPU interpreter costs ~0.1 s a launch and grows with
+# the program count (T) and the blocks per row; a GPU takes model-sized rows.
+SIZES = {
+    "cpu": dict(max_tokens=6, max_hc_mult=8, max_hidden=600),
+    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192),
+}
+
+# The judge's cases (specs/hc_head.md): (T, hc_mult, hidden); the last four are also its bench.
+JUDGE_SHAPES = ((1, 2, 128), (37, 4, 256), (129, 2, 512),
+                (1, 4, 7168), (128, 4, 7168), (2048, 4, 7168), (8192, 4, 7168))
+
+
+def build_case(*, x, hc_fn_seed=0, hc_fn_scale=0.02, hc_scale=1.5, hc_base_seed=1, hc_base_scale=0.1,
+               norm_eps=1e-6, hc_eps=1e-3, features=(), label="") -> Case:
+    T, h, H = x.shape
+    return Case(OP, {
+        "x": x,
+        "hc_fn": background((h, h * H), seed=hc_fn_seed, scale=hc_fn_scale, dtype=torch.float32),
+        "hc_scale": torch.tensor([hc_scale], dtype=torch.float32),
+        "hc_base": background((h,), seed=hc_base_seed, scale=hc_base_scale, dtype=torch.float32),
+        "norm_eps": norm_eps,
+        "hc_eps": hc_eps,
+    }, frozenset(features), label)
+
+
+def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int = 8, max_hidden: int = 600,
+                  dtypes=FLOAT_DTYPES) -> st.SearchStrategy[Case]:
+    """hc_head cases. Shrinks toward: one token, hc_mult 1, a small hidden, bf16, contiguous,
+    ordinary eps (1e-6 / 1e-3), no specials, no zero tokens, unit-scale values."""
+    if not 0 <= min_tokens <= max_tokens:
+        raise InvalidArgument(f"hc_head_cases: need 0 <= min_tokens <= max_tokens, got {min_tokens}, {max_tokens}")
+    if max_hc_mult < 1:
+        raise InvalidArgument(f"hc_head_cases: max_hc_mult={max_hc_mult}; need >= 1")
+    if max_hidden < 1:
+        raise InvalidArgument(f"hc_head_cases: max_hidden={max_hidden}; need >= 1")
+    if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
+        raise InvalidArgument(f"hc_head_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
+    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, max_hidden, tuple(dtypes))
+
+
+@st.composite
+def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes):
+    T = draw(st.integers(min_tokens, max_tokens), label="T")
+    h = draw(st.integers(1, max_hc_mult), label="hc_mult")
+    H = draw(hostile_sizes(max_value=max_hidden), label="hidden")
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    features = {f"dtype={str(dtype).split('.')[-1]}"}
+    x = background((T, h, H), seed=draw(seeds(), label="x_seed"), scale=draw(magnitudes(), label="x_scale"),
+                   dtype=dtype)
+    if T and draw(st.booleans(), label="zero_tokens?"):
+        for t in draw(st.lists(st.integers(0, T - 1), min_size=1, max_size=2, unique=True), label="zero_tokens"):
+            x[t] = 0
+        features.add("zero_token")
+    if draw(st.booleans(), label="specials?"):
+        overrides = draw(sparse_overrides(x.numel(), special_values(dtype)), label="x_specials")
+        x = apply_overrides(x, overrides)
+        features |= {_special_feature(v) for _, v in overrides}
+    layout = draw(layouts(), label="x_layout")
+    x = place(x, layout)
+    if layout.kind != "contiguous":
+        features.add(f"layout={layout.kind}")
+    norm_eps = draw(eps_values(), label="norm_eps")
+    hc_eps = draw(st.sampled_from((1e-3, 0.0, 1e-6, 1.0)), label="hc_eps")
+    if norm_eps == 0.0:
+        features.add("norm_eps=0")
+    if T == 0:
+        features.add("T=0")
+    if H % 32:
+        features.add("tail")
+    if h == 1:
+        features.add("hc_mult=1")
+    return build_case(
+        x=x,
+        hc_fn_seed=draw(seeds(), label="hc_fn_seed"),
+        hc_fn_scale=draw(st.sampled_from((0.02, 1.0, 1e-3, 30.0)), label="hc_fn_scale"),
+        hc_scale=draw(st.sampled_from((1.5, 1.0, 0.0, -2.0, 100.0)), label="hc_scale"),
+        hc_base_seed=draw(seeds(), label="hc_base_seed"),
+        hc_base_scale=draw(st.sampled_from((0.1, 10.0)), label="hc_base_scale"),
+        norm_eps=norm_eps, hc_eps=hc_eps, features=features)
+
+
+def _special_feature(value: float) -> str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    if value == 0:
+        return "signed_zero"
+    return "huge" if abs(value) > 1 else "denormal"
+
+
+def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
+    """The judge's seven cases, drawn as its test file draws them: randn on a generator seeded 0 on
+    the device, float32 then cast to bf16; hc_fn = 0.02 randn, hc_base = 0.1 randn."""
+    cases = []
+    for T, h, H in JUDGE_SHAPES:
+        gen = torch.Generator(device=device).manual_seed(0)
+        x = torch.randn(T, h, H, generator=gen, device=device).to(torch.bfloat16)
+        hc_fn = 0.02 * torch.randn(h, h * H, generator=gen, device=device)
+        hc_base = 0.1 * torch.randn(h, generator=gen, device=device)
+        cases.append(Case(OP, {
+            "x": x.cpu(), "hc_fn": hc_fn.cpu(), "hc_scale": torch.tensor([1.5]), "hc_base": hc_base.cpu(),
+            "norm_eps": 1e-6, "hc_eps": 1e-3,
+        }, frozenset({"judge"}), f"judge T={T} hc_mult={h} hidden={H}"))
+    return cases
+
+
+def smaller_cases(case: Case):
+    """Structural moves toward a smaller failing case: fewer tokens, fewer streams, a shorter
+    hidden, a contiguous x. Each keeps the case valid; the minimizer keeps those that still fail."""
+    x = case.inputs["x"]
+    T, h, H = x.shape
+    W = case.inputs["hc_fn"]
+    if not (x.is_contiguous() and x.storage_offset() == 0):
+        yield case.with_inputs(x=x.contiguous())
+    for keep in _token_subsets(T):
+        yield case.with_inputs(x=x[keep].contiguous())
+    for streams in _stream_subsets(h):
+        cols = torch.cat([torch.arange(s * H, (s + 1) * H) for s in streams])
+        yield case.with_inputs(x=x[:, streams].contiguous(), hc_fn=W[streams][:, cols].contiguous(),
+                               hc_base=case.inputs["hc_base"][streams].contiguous())
+    for new_H in sorted({1, H // 2, H - 1} - {0, H}):
+        cols = torch.cat([torch.arange(s * H, s * H + new_H) for s in range(h)])
+        yield case.with_inputs(x=x[:, :, :new_H].contiguous(), hc_fn=W[:, cols].contiguous())
+
+
+def _token_subsets(T):
+    if T > 1:
+        yield slice(0, T // 2)
+        yield slice(T // 2, T)
+        for t in range(T):
+            yield [i for i in range(T) if i != t]
+
+
+def _stream_subsets(h):
+    if h > 1:
+        yield list(range(h // 2))
+        for s in range(h):
+            yield [j for j in range(h) if j != s]
+
+
+__all__ = ["hc_head_cases", "judge_cases", "smaller_cases", "SIZES", "JUDGE_SHAPES", "Layout"]

@@ -1,0 +1,142 @@
+"""Shared Hypothesis strategies and builders: sizes, values, eps, layouts.
+
+Bulk tensor values come from a seed that Hypothesis draws (a seeded torch.Generator), scaled
+by a drawn magnitude; nasty values are sparse overrides at drawn positions, behind a boolean
+the shrinker can switch off. Structure (shapes, which specials, where) is drawn explicitly, so a
+shrunk case is small and its specials are few and visible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+FLOAT_DTYPES = (torch.bfloat16, torch.float32, torch.float16)  # bf16 first: the task's dtype
+
+# Hostile sizes for a dimension that kernels tile in blocks, each with why it is here.
+HOSTILE_SIZES = (
+    (1, "a single element: every block is a tail"),
+    (2, "smallest even size"),
+    (3, "smallest odd prime above 2"),
+    (7, "prime, below any block"),
+    (31, "one short of 32"),
+    (32, "exactly a small block"),
+    (33, "one past 32"),
+    (127, "one short of 128"),
+    (128, "exactly a common block"),
+    (129, "one past 128"),
+    (255, "one short of 256"),
+    (256, "exactly a block"),
+    (257, "one past 256"),
+    (509, "prime near 512"),
+    (511, "one short of 512"),
+    (513, "one past 512"),
+    (1023, "one short of 1024"),
+    (1025, "one past 1024"),
+    (2047, "one short of 2048"),
+    (2049, "one past 2048"),
+    (4099, "prime past 4096"),
+    (7168, "DeepSeek-V4 hidden"),
+)
+
+
+def hostile_sizes(*, min_value: int = 1, max_value: int) -> st.SearchStrategy[int]:
+    """Sizes from HOSTILE_SIZES within bounds, mixed with any size in range. Shrinks toward
+    the first hostile size in range (small), then toward min_value."""
+    if min_value < 0 or max_value < min_value:
+        raise InvalidArgument(f"hostile_sizes: need 0 <= min_value <= max_value, got min_value={min_value}, "
+                              f"max_value={max_value}")
+    listed = [n for n, _ in HOSTILE_SIZES if min_value <= n <= max_value]
+    plain = st.integers(min_value, max_value)
+    return st.one_of(st.sampled_from(listed), plain) if listed else plain
+
+
+def seeds() -> st.SearchStrategy[int]:
+    return st.integers(0, 2**32 - 1)
+
+
+def magnitudes() -> st.SearchStrategy[float]:
+    """Scale of the bulk values: ordinary first (shrink target), then small and large."""
+    return st.sampled_from((1.0, 1e-3, 1e3, 1e-1, 10.0, 1e-20, 1e18))
+
+
+def eps_values() -> st.SearchStrategy[float]:
+    """eps edge cases; shrinks toward the model's 1e-6."""
+    return st.sampled_from((1e-6, 0.0, 1e-5, 1e-2, 1.0, 1e-12, 2.0 ** -140, 1e3))
+
+
+def special_values(dtype: torch.dtype) -> st.SearchStrategy[float]:
+    """NaN, ±inf, ±0, the dtype's smallest subnormal and normal, and its largest finite values."""
+    fi = torch.finfo(dtype)
+    subnormal = float(fi.smallest_normal) * 2.0 ** -3
+    return st.sampled_from((math.nan, math.inf, -math.inf, 0.0, -0.0, subnormal, -subnormal,
+                            float(fi.smallest_normal), float(fi.max), -float(fi.max)))
+
+
+def background(shape, *, seed: int, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """randn from a seeded CPU generator, drawn in float32, scaled, then cast (as the judge does)."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype)
+
+
+def sparse_overrides(numel: int, values: st.SearchStrategy, *, max_count: int = 3):
+    """A list of (flat position, value); empty when numel is 0. Shrinks to fewer, earlier positions."""
+    if numel == 0:
+        return st.just([])
+    return st.lists(st.tuples(st.integers(0, numel - 1), values), min_size=1, max_size=max_count)
+
+
+def apply_overrides(t: torch.Tensor, overrides) -> torch.Tensor:
+    flat = t.clone().reshape(-1)
+    for pos, value in overrides:
+        flat[pos] = value
+    return flat.reshape(t.shape)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a tensor sits in memory. kind: contiguous | padded (rows longer than the data) |
+    stepped (every other element of the last dim) | offset (storage offset) | permuted (dims 0
+    and 1 swapped in memory). Gaps are filled with NaN, so a kernel that reads them is caught."""
+    kind: str = "contiguous"
+    amount: int = 0
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "contiguous" else f"{self.kind}({self.amount})"
+
+
+def layouts() -> st.SearchStrategy[Layout]:
+    """Shrinks toward contiguous."""
+    return st.one_of(
+        st.just(Layout()),
+        st.builds(Layout, st.just("padded"), st.integers(1, 17)),
+        st.just(Layout("stepped", 2)),
+        st.builds(Layout, st.just("offset"), st.integers(1, 7)),
+        st.just(Layout("permuted", 0)),
+    )
+
+
+def place(t: torch.Tensor, layout: Layout, *, fill: float = math.nan) -> torch.Tensor:
+    """A view with `layout` whose logical values equal t; every gap element holds `fill`."""
+    if layout.kind == "contiguous" or t.dim() == 0:
+        return t.clone()
+    if layout.kind == "offset":
+        buf = torch.full((layout.amount + t.numel(),), fill, dtype=t.dtype)
+        view = buf[layout.amount:].view(t.shape)
+    elif layout.kind == "padded":
+        buf = torch.full((*t.shape[:-1], t.shape[-1] + layout.amount), fill, dtype=t.dtype)
+        view = buf[..., : t.shape[-1]]
+    elif layout.kind == "stepped":
+        buf = torch.full((*t.shape[:-1], t.shape[-1] * 2), fill, dtype=t.dtype)
+        view = buf[..., ::2]
+    elif layout.kind == "permuted" and t.dim() >= 2:
+        buf = torch.full((t.shape[1], t.shape[0], *t.shape[2:]), fill, dtype=t.dtype)
+        view = buf.transpose(0, 1)
+    else:
+        return t.clone()
+    view.copy_(t)
+    return view

@@ -1,0 +1,31 @@
+"""hc_head properties: every drawn case, the judge's own cases, against every implementation under test."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from strategies.hc_head import SIZES, hc_head_cases, judge_cases
+
+OP = "hc_head"
+pytestmark = pytest.mark.hc_head
+
+
+@given(data=st.data())
+def test_kernel_agrees_with_oracle_and_reference(data, implementation, fuzz, run_options):
+    """contract, specials, accuracy against oracle64, and the judge's check, on drawn cases."""
+    case = data.draw(hc_head_cases(**SIZES[run_options.device]), label="case")
+    fuzz.check(case, implementation)
+
+
+# The judge's cases; the bench sizes take minutes under the interpreter, so they run on a GPU.
+JUDGE = judge_cases()
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.label.replace(" ", "-"),
+                 marks=[pytest.mark.gpu] if c.inputs["x"].shape[0] > 1 and c.inputs["x"].shape[2] > 1000 else [])
+    for c in JUDGE])
+def test_judge_cases(case, implementation, fuzz, run_options):
+    if run_options.device == "cpu" and case.inputs["x"].shape[0] > 1 and case.inputs["x"].shape[2] > 1000:
+        pytest.skip("bench-size judge case: too slow under the CPU interpreter; runs natively on a GPU")
+    fuzz.check(case, implementation)

@@ -1,0 +1,35 @@
+"""Replay every committed fixture against every implementation under test of its op.
+
+A fixture is a minimized case that once failed; a correct kernel passes it. A corrupt fixture
+fails its own test with a message naming the file; the others still run.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from oracles.registry import OPS
+from strategies.fixtures import fixture_files, load_fixture
+
+
+def pytest_generate_tests(metafunc):
+    if "fixture_file" not in metafunc.fixturenames:
+        return
+    from conftest import implementations_under_test
+    root = Path(metafunc.config.getoption("regressions_dir"))
+    params = []
+    for op in OPS:
+        impls = implementations_under_test(metafunc.config, op)
+        for path in fixture_files(root, op):
+            for impl in impls:
+                params.append(pytest.param(path, impl, id=f"{op}/{path.stem}-{impl.name}",
+                                           marks=getattr(pytest.mark, op)))
+    if not params:
+        params.append(pytest.param(None, None, id="no-fixtures",
+                                   marks=pytest.mark.skip(reason=f"no fixtures under {root}")))
+    metafunc.parametrize("fixture_file,implementation", params)
+
+
+def test_fixture_replays(fixture_file, implementation, fuzz):
+    case, meta = load_fixture(fixture_file)
+    fuzz.check(case, implementation)
