@@ -177,7 +177,8 @@ def pytest_runtest_makereport(item, call):
     if not small.verdict.failures(judge_exact=small.options.judge_exact):
         small = failure  # flaky under replay (a race?): keep the original case
     root = Path(item.config.getoption("regressions_dir"))
-    path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation))
+    path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
+                                  custom_root=root.resolve() != (ROOT / "tests" / "regressions").resolve())
     text = (f"minimized to: {small.case.summary()}\n{small.verdict.render()}\n"
             f"fixture: {path}\nreplay:  {replay}")
     report.sections.append(("tritonfuzz regression fixture", text))

@@ -19,7 +19,7 @@ import torch
 
 from oracles.registry import get_op
 from oracles.verdict import FAIL, PASS, UNTRUSTED, Check, Verdict
-from strategies.case import Case
+from strategies.case import Case, storage_span
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ def call_kernel(fn, inputs: dict) -> tuple:
 
 
 def input_snapshot(inputs: dict) -> dict[str, bytes]:
-    return {k: v.detach().cpu().clone().view(-1).view(torch.uint8).numpy().tobytes()
+    """Raw bytes of each input's whole storage span (gaps of strided layouts included)."""
+    return {k: storage_span(v.detach()).cpu().contiguous().view(torch.uint8).numpy().tobytes()
             for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.numel()}
 
 

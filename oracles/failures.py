@@ -55,15 +55,18 @@ def minimized(failure: Failure, *, budget_s: float) -> Failure:
     return Failure(case, failure.implementation, verdict, failure.options)
 
 
-def replay_command(path: Path, impl: Implementation, kernel_option: str | None) -> str:
+def replay_command(path: Path, impl: Implementation, kernel_option: str | None, regressions_dir: str | None) -> str:
     kernel = f" --kernel {impl.op}={kernel_option}" if kernel_option else ""
-    return f"pytest{kernel} tests/test_regressions.py -k {path.stem}"
+    where = f" --regressions-dir {regressions_dir}" if regressions_dir else ""
+    return f"pytest{kernel}{where} tests/test_regressions.py -k {path.stem}"
 
 
-def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None) -> tuple[Path, str]:
+def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None,
+                   custom_root: bool = False) -> tuple[Path, str]:
     """Write the failure as a fixture; return its path and the command that replays it."""
     case = failure.case
-    replay = replay_command(fixture_path(root, case), failure.implementation, kernel_option)
+    replay = replay_command(fixture_path(root, case), failure.implementation, kernel_option,
+                            str(root) if custom_root else None)
     failing = failure.verdict.failures(judge_exact=failure.options.judge_exact)
     impl = failure.implementation
     meta = {

@@ -52,6 +52,9 @@ class Case:
         label = f" {self.label!r}" if self.label else ""
         return f"Case({self.op}{label}: {self.summary()}; features={sorted(self.features)})"
 
+    def _repr_pretty_(self, printer, cycle) -> None:  # Hypothesis's "Draw 1 (case): ..." line
+        printer.text(repr(self))
+
     def with_inputs(self, **changes: Any) -> "Case":
         return replace(self, inputs={**self.inputs, **changes})
 
@@ -131,8 +134,8 @@ def _readable(t: torch.Tensor):
     if values.is_floating_point():
         values = values.double()
 
-    def fmt(v):
-        return v if not isinstance(v, float) or math.isfinite(v) else repr(v)
+    def fmt(v):  # 9 significant digits tell float32 values apart and read as the value drawn
+        return v if not isinstance(v, float) else float(f"{v:.9g}") if math.isfinite(v) else repr(v)
 
     def walk(x):
         return [walk(e) for e in x] if isinstance(x, list) else fmt(x)

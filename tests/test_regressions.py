@@ -19,9 +19,8 @@ def pytest_generate_tests(metafunc):
     root = Path(metafunc.config.getoption("regressions_dir"))
     params = []
     for op in OPS:
-        impls = implementations_under_test(metafunc.config, op)
         for path in fixture_files(root, op):
-            for impl in impls:
+            for impl in implementations_under_test(metafunc.config, op):
                 params.append(pytest.param(path, impl, id=f"{op}/{path.stem}-{impl.name}",
                                            marks=getattr(pytest.mark, op)))
     if not params:
