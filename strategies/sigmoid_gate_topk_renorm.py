@@ -1,0 +1,324 @@
+"""sigmoid_gate_topk_renorm cases: expert counts around block sizes, k from 1 to N, S = 0 and S > k,
+exact / bias-made / near ties inside the top k and across its boundary, all-equal rows, NaN, ±inf
+and huge logits, biases that push every score below zero, route and global scales, strided
+logits; the judge's nine cases; and the structural moves the minimizer uses."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from strategies.case import Case
+from strategies.values import (FLOAT_DTYPES, apply_overrides, background, hostile_sizes, layouts, magnitudes,
+                               place, seeds, sparse_overrides, special_values)
+
+OP = "sigmoid_gate_topk_renorm"
+
+# Case sizes by where the kernel runs: the CPU interpreter costs ~0.1 s a launch, grows with the
+# program count (T), and a top-k by iterative max costs k reductions a token, so k stays small
+# there; a GPU takes model-sized rows. k = N is drawn only while N <= max_k.
+SIZES = {
+    "cpu": dict(max_tokens=6, max_experts=260, max_shared=4, max_k=16),
+    "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64),
+}
+
+# The judge's cases (specs/sigmoid_gate_topk_renorm.md): (T, N, S, k, route_scale, global_scale);
+# the last five are its bench. Scales the spec leaves unsaid are 1.0.
+JUDGE_CASES = ((1, 32, 1, 3, 1.0, 1.0), (37, 128, 3, 5, 1.5, 0.8), (83, 64, 1, 6, 2.0, 1.2), (9, 256, 4, 12, 1.0, 1.0),
+               *((m, 128, 3, 5, 1.5, 0.8) for m in (1, 8, 64, 512, 4096)))
+
+# How the per-expert bias is drawn, each with why. The first is the judge's and the shrink target.
+BIAS_KINDS = (
+    ("judge", "0.1 randn: the judge's bias"),
+    ("zero", "no bias: equal logits are exact ties (frequent in bf16)"),
+    ("negative", "0.1 randn - 2: every score below 0, so a padding lane scored 0 or 0.5 would win"),
+    ("constant", "-3 everywhere: an all-equal row is one big tie, and every score is negative"),
+    ("large_negative", "randn - 1e4: scores below -1e4, where float32 rounding merges sigmoids into ties"),
+    ("positive", "0.1 randn + 2"),
+    ("wide", "10 randn: the bias dominates the choice, sigmoid only breaks near ties"),
+)
+ROUTE_SCALES = (1.0, 2.5, 1.5, 2.0, 0.5, 0.0, -1.0, 1e3)  # 2.5: DeepSeek-V3; 0 and -1 are legal floats
+GLOBAL_SCALES = (1.0, 0.8, 1.2, 0.5, 37.5, 1e-3)
+GLOBAL_SCALE_FORMS = ("0-dim", "[1]", "float")  # the judge passes torch.tensor(gs), a 0-dim tensor
+
+
+def make_bias(kind: str, n: int, *, seed: int) -> torch.Tensor:
+    noise = background((n,), seed=seed, scale=1.0, dtype=torch.float32)
+    return {
+        "judge": lambda: 0.1 * noise,
+        "zero": lambda: torch.zeros(n),
+        "negative": lambda: 0.1 * noise - 2.0,
+        "constant": lambda: torch.full((n,), -3.0),
+        "large_negative": lambda: noise - 1e4,
+        "positive": lambda: 0.1 * noise + 2.0,
+        "wide": lambda: 10.0 * noise,
+    }[kind]().to(torch.float32)
+
+
+def make_global_scale(form: str, value: float):
+    if form == "0-dim":
+        return torch.tensor(value, dtype=torch.float32)
+    if form == "[1]":
+        return torch.tensor([value], dtype=torch.float32)
+    return float(value)
+
+
+def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_scale=None, features=(),
+               label="") -> Case:
+    return Case(OP, {
+        "logits": logits,
+        "k": int(k),
+        "n_shared_experts": int(n_shared_experts),
+        "route_scale": float(route_scale),
+        "global_scale": torch.tensor(1.0) if global_scale is None else global_scale,
+        "bias": bias,
+    }, frozenset(features), label)
+
+
+def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_experts: int = 260,
+                                   max_shared: int = 4, max_k: int = 16,
+                                   dtypes=FLOAT_DTYPES) -> st.SearchStrategy[Case]:
+    """sigmoid_gate_topk_renorm cases.
+
+    Structure is drawn explicitly: T, N (hostile sizes: 1, primes, 31/32/33, 127/128/129,
+    255/256/257, ...), S, k (or k = N), dtype; bulk values from seeds; every nasty feature behind
+    a boolean: exact ties (one logit and its bias copied to other lanes, inside the top k or
+    straddling its boundary), bias-made ties, near ties one float32 ulp apart in sel, all-equal
+    rows, NaN / ±inf / ±0 / subnormal / dtype-max overrides; then the bias kind, the scales and a
+    layout. Shrinks toward: min_tokens (then one token), N = 1, S = 0, k = 1, bf16, unit-scale
+    randn logits, the judge's bias (0.1 randn), no ties, no specials, contiguous, route_scale 1,
+    global_scale 1.0 as a 0-dim tensor.
+    """
+    if not 0 <= min_tokens <= max_tokens:
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: need 0 <= min_tokens <= max_tokens, got "
+                              f"min_tokens={min_tokens}, max_tokens={max_tokens}")
+    if max_experts < 1:
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: max_experts={max_experts}; need >= 1 (k >= 1 "
+                              f"routed expert)")
+    if max_shared < 0:
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: max_shared={max_shared}; need >= 0")
+    if max_k < 1:
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: max_k={max_k}; need >= 1")
+    if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: dtypes={dtypes!r}; need a non-empty subset of "
+                              f"{FLOAT_DTYPES}")
+    return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, max_experts, max_shared, max_k, tuple(dtypes))
+
+
+@st.composite
+def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, max_experts, max_shared, max_k, dtypes):
+    T = draw(st.integers(min_tokens, max_tokens), label="T")
+    N = draw(hostile_sizes(max_value=max_experts), label="N")
+    S = draw(st.integers(0, max_shared), label="S")
+    if 1 < N <= max_k and draw(st.booleans(), label="k=N?"):
+        k = N
+    else:
+        k = draw(st.integers(1, min(N, max_k)), label="k")
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    logits = background((T, N + S), seed=draw(seeds(), label="logits_seed"),
+                        scale=draw(magnitudes(), label="logits_scale"), dtype=dtype)
+    bias_kind = draw(st.sampled_from([name for name, _ in BIAS_KINDS]), label="bias")
+    bias = make_bias(bias_kind, N, seed=draw(seeds(), label="bias_seed"))
+
+    if T and N > 1 and draw(st.booleans(), label="all_equal?"):
+        for t in draw(st.lists(st.integers(0, T - 1), min_size=1, max_size=2, unique=True), label="all_equal_rows"):
+            logits[t, :N] = logits[t, 0].clone()
+    if T and N > 1 and draw(st.booleans(), label="bias_tie?"):
+        row, anchor, lane = draw(_tie_lanes(logits, bias, k, copies=1), label="bias_tie")
+        bias[lane[0]] = _bias_for_score(_sel32(logits, bias, row)[anchor], logits[row, lane[0]], bias[lane[0]])
+    if T and N > 1 and draw(st.booleans(), label="near_tie?"):
+        row, anchor, lane = draw(_tie_lanes(logits, bias, k, copies=1), label="near_tie")
+        above = draw(st.booleans(), label="near_tie_above?")
+        target = torch.nextafter(_sel32(logits, bias, row)[anchor], torch.tensor(math.inf if above else -math.inf))
+        logits[row, lane[0]] = logits[row, anchor].clone()
+        bias[lane[0]] = _bias_for_score(target, logits[row, anchor], bias[anchor].clone())
+    if T and N > 1 and draw(st.booleans(), label="ties?"):
+        for _ in range(draw(st.integers(1, 2), label="tie_groups")):
+            row, anchor, lanes = draw(_tie_lanes(logits, bias, k, copies=draw(st.integers(1, min(3, N - 1)),
+                                                                               label="tie_copies")), label="tie")
+            bias[lanes] = bias[anchor].clone()
+            logits[row, lanes] = logits[row, anchor].clone()
+    if draw(st.booleans(), label="specials?"):
+        logits = apply_overrides(logits, draw(sparse_overrides(logits.numel(), special_values(dtype)),
+                                              label="logits_specials"))
+
+    layout = draw(layouts(), label="logits_layout")
+    route_scale = draw(st.sampled_from(ROUTE_SCALES), label="route_scale")
+    form = draw(st.sampled_from(GLOBAL_SCALE_FORMS), label="global_scale_form")
+    global_scale = make_global_scale(form, draw(st.sampled_from(GLOBAL_SCALES), label="global_scale"))
+
+    features = {f"dtype={str(dtype).split('.')[-1]}", f"bias={bias_kind}", f"global_scale={form}"}
+    features |= case_features(logits, bias, k, S)
+    if layout.kind != "contiguous":
+        features.add(f"layout={layout.kind}")
+    return build_case(logits=place(logits, layout), k=k, n_shared_experts=S, bias=bias, route_scale=route_scale,
+                      global_scale=global_scale, features=features)
+
+
+def _sel32(logits: torch.Tensor, bias: torch.Tensor, row: int) -> torch.Tensor:
+    """The reference's float32 selection scores of one row (CPU torch)."""
+    return torch.sigmoid(logits[row, : bias.shape[0]].float()) + bias
+
+
+@st.composite
+def _tie_lanes(draw, logits, bias, k, *, copies):
+    """(row, anchor lane, [other lanes]) for a tie: the anchor is the lane at a drawn rank of the row's
+    current scores; at the k boundary (rank k - 1) the other lanes come from below the top k, so the
+    tie straddles it; otherwise from anywhere. Shrinks toward row 0, the top-ranked anchor, the
+    next lanes in rank order."""
+    T, N = logits.shape[0], bias.shape[0]
+    row = draw(st.integers(0, T - 1), label="row")
+    order = torch.sort(_sel32(logits, bias, row), descending=True, stable=True).indices.tolist()
+    if k < N and draw(st.booleans(), label="at_boundary?"):
+        rank, pool = k - 1, order[k:]
+    else:
+        rank = draw(st.integers(0, k - 1), label="rank")
+        pool = order[:rank] + order[rank + 1:]
+    picks = draw(st.lists(st.integers(0, len(pool) - 1), min_size=min(copies, len(pool)),
+                          max_size=min(copies, len(pool)), unique=True), label="lanes")
+    return row, order[rank], [pool[i] for i in picks]
+
+
+def _bias_for_score(target: torch.Tensor, logit: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """A float32 bias b with fl32(sigmoid(logit) + b) == target, searched a few ulps around
+    target - sigmoid(logit); `fallback` when the target is not finite or no such b is near."""
+    if not bool(target.isfinite()) or not bool(logit.isfinite()):
+        return fallback
+    s = torch.sigmoid(logit.float())
+    b = (target.double() - s.double()).float()
+    for _ in range(8):
+        got = s + b
+        if bool(got == target):
+            return b
+        b = torch.nextafter(b, torch.tensor(math.inf if bool(got < target) else -math.inf))
+    return fallback
+
+
+def case_features(logits: torch.Tensor, bias: torch.Tensor, k: int, S: int) -> set[str]:
+    """Features computed from the final values (ties made by one construction can be undone by a
+    later one, and randn in bf16 makes ties on its own): ties, boundary_tie, near_tie, bias_tie,
+    all_equal, nan, inf, huge, k=1, k=N, S=0, S>k, tail, T=0."""
+    T, N = logits.shape[0], bias.shape[0]
+    features = set()
+    if T == 0:
+        features.add("T=0")
+    if k == 1:
+        features.add("k=1")
+    if k == N:
+        features.add("k=N")
+    if S == 0:
+        features.add("S=0")
+    if S > k:
+        features.add("S>k")
+    if N % 32:
+        features.add("tail")
+    x = logits.float()
+    if bool(x.isnan().any()):
+        features.add("nan")
+    if bool(x.isinf().any()):
+        features.add("inf")
+    finite = x[x.isfinite()]
+    if bool((finite.abs() >= float(torch.finfo(logits.dtype).max) / 2).any()):
+        features.add("huge")
+    if T == 0:
+        return features
+    routed = x[:, :N]
+    if N > 1 and bool((routed == routed[:, :1]).all(-1).any()):
+        features.add("all_equal")
+    sel = torch.sigmoid(routed) + bias
+    top = torch.topk(sel, k, dim=-1)
+    key = torch.where(sel.isnan(), torch.full_like(sel, math.inf), sel)        # NaN ties NaN
+    top_key = key.gather(1, top.indices)
+    in_top = torch.zeros_like(sel, dtype=torch.bool).scatter_(1, top.indices, True)
+    # tied[t, j, e]: lane e (not the j-th chosen lane itself) has the j-th chosen lane's score
+    tied = (top_key[:, :, None] == key[:, None, :]) & (top.indices[:, :, None] != torch.arange(N))
+    if bool(tied.any()):
+        features.add("ties")
+        logit_differs = routed.gather(1, top.indices)[:, :, None] != routed[:, None, :]
+        if bool((tied & logit_differs & ~top_key.isinf()[:, :, None]).any()):
+            features.add("bias_tie")
+    if k < N:
+        kth = top_key[:, k - 1:k]
+        if bool(((key == kth) & ~in_top).any()):
+            features.add("boundary_tie")
+    ranked = top_key if k == N else torch.topk(sel, k + 1, dim=-1).values
+    finite = ranked.isfinite()
+    up = torch.nextafter(ranked[:, 1:], torch.full_like(ranked[:, 1:], math.inf))
+    if bool(((up == ranked[:, :-1]) & finite[:, 1:] & finite[:, :-1]).any()):
+        features.add("near_tie")
+    return features
+
+
+def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
+    """The judge's nine cases, drawn as its test file draws them: a generator seeded 0 on the
+    device, logits = randn float32 then cast to bf16, bias = 0.1 randn(N), global_scale a 0-dim
+    tensor, route_scale a Python float."""
+    cases = []
+    for T, N, S, k, route_scale, gs in JUDGE_CASES:
+        gen = torch.Generator(device=device).manual_seed(0)
+        logits = torch.randn(T, N + S, generator=gen, device=device).to(torch.bfloat16)
+        bias = 0.1 * torch.randn(N, generator=gen, device=device)
+        cases.append(build_case(logits=logits.cpu(), k=k, n_shared_experts=S, bias=bias.cpu(), route_scale=route_scale,
+                                global_scale=torch.tensor(gs), features={"judge"},
+                                label=f"judge T={T} N={N} S={S} k={k}"))
+    return cases
+
+
+def model_cases() -> list[Case]:
+    """DeepSeek-V3's routing config (N = 256, k = 8, S = 1, route_scale 2.5) on a few tokens."""
+    logits = background((4, 257), seed=0, scale=1.0, dtype=torch.bfloat16)
+    bias = make_bias("judge", 256, seed=1)
+    return [build_case(logits=logits, k=8, n_shared_experts=1, bias=bias, route_scale=2.5,
+                       global_scale=torch.tensor(1.0), features={"model"}, label="DeepSeek-V3 T=4 N=256 S=1 k=8")]
+
+
+def smaller_cases(case: Case):
+    """Structural moves toward a smaller failing case: a contiguous layout, fewer tokens, fewer
+    shared experts, fewer routed experts (keeping k <= N), a smaller k. Each keeps the case valid;
+    the minimizer keeps those that still fail."""
+    logits, bias = case.inputs["logits"], case.inputs["bias"]
+    k, S = case.inputs["k"], case.inputs["n_shared_experts"]
+    T, E = logits.shape
+    N = E - S
+    if not (logits.is_contiguous() and logits.storage_offset() == 0):
+        yield case.with_inputs(logits=logits.contiguous())
+    for keep in _token_subsets(T):
+        yield case.with_inputs(logits=logits[keep].contiguous())
+    if S:
+        yield case.with_inputs(logits=logits[:, :N].contiguous(), n_shared_experts=0)
+        yield case.with_inputs(logits=logits[:, :-1].contiguous(), n_shared_experts=S - 1)
+    for lanes in _lane_subsets(N):
+        cols = torch.tensor(lanes + list(range(N, E)), dtype=torch.long)
+        yield case.with_inputs(logits=logits[:, cols].contiguous(), bias=bias[lanes].contiguous(),
+                               k=min(k, len(lanes)))
+    for smaller_k in sorted({1, k - 1} - {0, k}):
+        yield case.with_inputs(k=smaller_k)
+
+
+def _token_subsets(T):
+    if T > 1:
+        yield slice(0, T // 2)
+        yield slice(T // 2, T)
+        for t in range(T):
+            yield [i for i in range(T) if i != t]
+
+
+def _lane_subsets(N):
+    """Halves, then quarters dropped, then (for small N) each single lane dropped."""
+    if N > 1:
+        yield list(range(N // 2))
+        yield list(range(N // 2, N))
+        if N >= 8:
+            q = N // 4
+            for start in range(0, N, q):
+                yield [e for e in range(N) if not start <= e < start + q]
+        if N <= 32:
+            for drop in range(N):
+                yield [e for e in range(N) if e != drop]
+
+
+__all__ = ["sigmoid_gate_topk_renorm_cases", "judge_cases", "model_cases", "smaller_cases", "SIZES", "JUDGE_CASES",
+           "BIAS_KINDS"]

@@ -1,0 +1,43 @@
+"""sigmoid_gate_topk_renorm properties: every drawn case, the judge's own cases and DeepSeek-V3's
+routing config, against every implementation under test."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from strategies.sigmoid_gate_topk_renorm import SIZES, judge_cases, model_cases, sigmoid_gate_topk_renorm_cases
+
+OP = "sigmoid_gate_topk_renorm"
+pytestmark = pytest.mark.sigmoid_gate_topk_renorm
+
+
+@given(data=st.data())
+def test_kernel_agrees_with_oracle_and_reference(data, implementation, fuzz, run_options):
+    """contract, indices (a valid top-k, ties in any order), specials, accuracy against oracle64
+    with the kernel's own indices, and the judge's check (a different tie order is a risk)."""
+    case = data.draw(sigmoid_gate_topk_renorm_cases(**SIZES[run_options.device]), label="case")
+    fuzz.check(case, implementation)
+
+
+# The judge's cases; the 4096-token bench case takes about a minute under the interpreter, so it
+# runs on a GPU.
+JUDGE = judge_cases()
+CPU_MAX_JUDGE_TOKENS = 1024
+
+
+def too_slow_for_cpu(case) -> bool:
+    return case.inputs["logits"].shape[0] > CPU_MAX_JUDGE_TOKENS
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.label.replace(" ", "-"), marks=[pytest.mark.gpu] if too_slow_for_cpu(c) else [])
+    for c in JUDGE])
+def test_judge_cases(case, implementation, fuzz, run_options):
+    if run_options.device == "cpu" and too_slow_for_cpu(case):
+        pytest.skip("bench-size judge case: too slow under the CPU interpreter; runs natively on a GPU")
+    fuzz.check(case, implementation)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.label.replace(" ", "-")) for c in model_cases()])
+def test_model_config(case, implementation, fuzz):
+    fuzz.check(case, implementation)
