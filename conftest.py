@@ -135,7 +135,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def run_options(request) -> RunOptions:
-    return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"))
+    return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"),
+                      determinism=settings._current_profile == "gate")
 
 
 class Fuzz:

@@ -1,12 +1,18 @@
 """One case through the kernel under test, the task reference and the float64 oracle: a Verdict.
 
-    case --> kernel(case)     on the chosen device (inputs in their drawn layout)
+    case --> kernel(case)     on the chosen device, inside the sanitizers (oracles/sanitizers.py)
          --> reference(case)  the judge's PyTorch code, same device
          --> oracle64(case)   the same math in float64, on the CPU
          --> op.verdict(...)  named checks (oracles/<op>.py)
 
-The kernel is called as the judge calls it: keyword arguments. Its inputs are fresh copies, so
-that a kernel that writes into an input is caught (and cannot corrupt the reference's view).
+The kernel is called as the judge calls it: keyword arguments. Its inputs are fresh copies in
+the case's layout, inside guard bands, so that a kernel that writes into an input, or past one,
+is caught (and cannot corrupt the reference's view). Only the kernel call runs inside the
+sanitizers' interception; the reference and the oracle run outside it.
+
+Checks, in the order they appear in a verdict: launch, red-zone, poison, inputs-unchanged (the
+sanitizers; inputs-unchanged also runs with sanitize=False), then the op's own checks (contract,
+specials, accuracy, judge, ...), then determinism when asked for.
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ from dataclasses import dataclass
 import torch
 
 from oracles.registry import get_op
-from oracles.verdict import FAIL, PASS, UNTRUSTED, Check, Verdict
-from strategies.case import Case, storage_span
+from oracles.sanitizers import (SANITIZER_CHECKS, determinism_check, inputs_unchanged_check, launch_check,
+                                poison_check, red_zone_check, run_kernel)
+from oracles.verdict import FAIL, UNTRUSTED, Check, Verdict
+from strategies.case import Case
 
 
 @dataclass(frozen=True)
 class RunOptions:
     device: str = "cpu"
     judge_exact: bool = False  # tie order must equal torch.topk's on this device
+    sanitize: bool = True      # red zones, poison, launch check around the kernel call
+    determinism: bool = False  # run the case twice and demand the same bits (doubles the cost)
 
 
 def interpreter_active() -> bool:
@@ -38,45 +48,39 @@ def call_kernel(fn, inputs: dict) -> tuple:
     return out if isinstance(out, tuple) else (out,)
 
 
-def input_snapshot(inputs: dict) -> dict[str, bytes]:
-    """Raw bytes of each input's whole storage span (gaps of strided layouts included)."""
-    return {k: storage_span(v.detach()).cpu().contiguous().view(torch.uint8).numpy().tobytes()
-            for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.numel()}
-
-
-def mutated_inputs(inputs: dict, before: dict[str, bytes]) -> list[str]:
-    after = input_snapshot(inputs)
-    return [name for name in before if after.get(name) != before[name]]
+def raised_message(e: BaseException) -> str:
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"raised {type(e).__name__}: {e}{where} (on a valid case)"
 
 
 def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
-    op = get_op(op_name)
-    oracle = op.oracle
+    oracle = get_op(op_name).oracle
     verdict = Verdict()
-    kernel_inputs = case.to(options.device)
-    before = input_snapshot(kernel_inputs)
-    try:
-        raw = call_kernel(fn, kernel_inputs)
-    except Exception as e:  # the kernel's own error on a valid case is a verdict, not a crash
-        frames = traceback.extract_tb(e.__traceback__)
-        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        verdict.add(Check("contract", FAIL, f"raised {type(e).__name__}: {e}{where} (on a valid case)"))
-        return verdict
-    if options.device != "cpu":
-        torch.cuda.synchronize()
+    run = run_kernel(fn, case, options.device, sanitize=options.sanitize)
     names = oracle.OUTPUT_NAMES
-    if len(raw) != len(names):
-        verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(names)}: ({', '.join(names)})"))
+    if run.error is not None or len(run.outputs) != len(names):
+        # No outputs to judge; what the call did to memory before it ended is still reported.
+        problem = raised_message(run.error) if run.error is not None else (
+            f"returned {len(run.outputs)} value(s), expected {len(names)}: ({', '.join(names)})")
+        verdict.add(Check("contract", FAIL, problem))
+        for check in (red_zone_check(run, {}), inputs_unchanged_check(run, case)):
+            if check.status == FAIL:
+                verdict.add(check)
         return verdict
-    outputs = dict(zip(names, raw))
-    changed = mutated_inputs(kernel_inputs, before)
-    if changed:
-        verdict.add(Check("inputs-unchanged", FAIL, f"the kernel wrote into its input(s): {', '.join(changed)}"))
+    outputs = dict(zip(names, run.outputs))
     reference = dict(zip(names, call_kernel(oracle.reference, case.to(options.device))))
+    if options.sanitize:
+        verdict.add(launch_check(run, outputs))
+        verdict.add(red_zone_check(run, outputs, reference))
+        verdict.add(poison_check(run, outputs, reference))
+    verdict.add(inputs_unchanged_check(run, case))
     for check in oracle.verdict_checks(case, outputs, reference, judge_exact=options.judge_exact):
         verdict.add(check)
-    if not changed and verdict.check("inputs-unchanged") is None:
-        verdict.add(Check("inputs-unchanged", PASS))
+    if options.determinism:
+        again = run_kernel(fn, case, options.device, sanitize=options.sanitize)
+        second = again.error if again.error is not None else dict(zip(names, again.outputs))
+        verdict.add(determinism_check(outputs, second))
     return mark_untrusted(case, verdict, options)
 
 
@@ -92,6 +96,9 @@ def mark_untrusted(case: Case, verdict: Verdict, options: RunOptions) -> Verdict
         return verdict
     advice = ("bf16 case under the CPU interpreter, whose bf16 arithmetic is not exact here: "
               "run on a GPU to trust this result")
-    verdict.checks = [Check(c.name, UNTRUSTED, f"{c.message} ({advice})") if c.status == FAIL else c
+    # The sanitizers' findings (memory, launches, bits between two runs) do not depend on
+    # arithmetic: they stay failures.
+    verdict.checks = [Check(c.name, UNTRUSTED, f"{c.message} ({advice})")
+                      if c.status == FAIL and c.name not in SANITIZER_CHECKS else c
                       for c in verdict.checks]
     return verdict

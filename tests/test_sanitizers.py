@@ -1,0 +1,268 @@
+"""The sanitizers (oracles/sanitizers.py) catch what allclose cannot, and leave correct kernels alone.
+
+Each mutant in tests/mutants/hc_head/ is a copy of kernels/hc_head.py with one realistic bug
+(tests/mutants/hc_head/MANIFEST.md says which); each must fail on a fixed small case with the
+sanitizer's own check name and message. The bundled kernels must stay clean under every
+sanitizer, and the interception must never outlive the call.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from kernels.hc_head import _hc_head_kernel, hc_head
+from kernels.loader import bundled_implementations, load_module_implementation
+from oracles.differential import RunOptions, run_case
+from oracles.sanitizers import (SANITIZER_CHECKS, KernelScope, guarded_empty, launch_check, poison_pattern,
+                                red_zone_check, run_kernel, sentinel_pattern)
+from oracles.verdict import FAIL, PASS
+from strategies.case import Case
+from strategies.hc_head import build_case, judge_cases
+from strategies.values import Layout, background, place
+
+MUTANTS = Path(__file__).parent / "mutants" / "hc_head"
+
+
+def small_case(T=2, hc_mult=8, hidden=520, dtype=torch.float32, layout=Layout()) -> Case:
+    """hc_mult = 8 gives BLOCK_D = 512, so hidden = 520 is one full block and a partial one of 8;
+    float32 output, so that a last-bit difference between two runs is visible."""
+    x = place(background((T, hc_mult, hidden), seed=3, scale=1.0, dtype=dtype), layout)
+    return build_case(x=x, label=f"T={T} hc_mult={hc_mult} hidden={hidden}")
+
+
+def mutant(name: str):
+    return load_module_implementation("hc_head", MUTANTS / name, name=name)
+
+
+def failing(verdict, name: str):
+    check = verdict.check(name)
+    assert check is not None, f"no {name!r} check in:\n{verdict.render()}"
+    assert check.status == FAIL, f"{name!r} is {check.status}, expected fail:\n{verdict.render()}"
+    return check
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutants: each caught by its sanitizer, with the sanitizer's own message
+
+
+@pytest.mark.hc_head
+def test_store_one_past_the_row_is_an_out_of_bounds_store(run_options):
+    verdict = run_case("hc_head", mutant("oob_store_past_row.py").fn, small_case(), run_options)
+    message = failing(verdict, "red-zone").message
+    assert "out-of-bounds store: output y (torch.empty([2, 520], torch.float32)" in message
+    assert "1 element(s) changed in the guard band after its storage span, first at offset 1040" in message
+
+
+@pytest.mark.hc_head
+def test_unwritten_tail_is_poison(run_options):
+    verdict = run_case("hc_head", mutant("unwritten_tail.py").fn, small_case(), run_options)
+    message = failing(verdict, "poison").message
+    assert message.startswith("16 element(s) of y were never written (still poison nan, bits 0x7FE5A5A5), "
+                              "at y[0, 512]; y[0, 513]"), message
+    assert failing(verdict, "specials")  # the NaN poison is visible to the value checks too
+
+
+@pytest.mark.hc_head
+@pytest.mark.parametrize("sanitize", [True, False], ids=["sanitized", "plain"])
+def test_write_into_an_input_is_caught(run_options, sanitize):
+    """The in-place fold is exact enough to pass every value check: only inputs-unchanged sees it,
+    with or without the other sanitizers (one implementation for both)."""
+    options = RunOptions(device=run_options.device, sanitize=sanitize)
+    verdict = run_case("hc_head", mutant("scale_folded_into_input.py").fn, small_case(), options)
+    message = failing(verdict, "inputs-unchanged").message
+    assert message.startswith("the kernel wrote into its input(s): hc_fn: 33280 element(s) changed, "
+                              "first at hc_fn[0, 0]"), message
+    assert [c.name for c in verdict.failures()] == ["inputs-unchanged"], verdict.render()
+
+
+@pytest.mark.hc_head
+def test_result_that_moves_between_runs_fails_determinism(run_options):
+    options = RunOptions(device=run_options.device, determinism=True)
+    verdict = run_case("hc_head", mutant("launch_dependent_order.py").fn, small_case(), options)
+    message = failing(verdict, "determinism").message
+    assert message.startswith("two runs of the same case gave different bits"), message
+    assert "element(s) differ bit for bit, at y[" in message
+    assert [c.name for c in verdict.failures()] == ["determinism"], verdict.render()
+    # Off by default: the same mutant passes a run without it.
+    plain = run_case("hc_head", mutant("launch_dependent_order.py").fn, small_case(),
+                     RunOptions(device=run_options.device))
+    assert plain.check("determinism") is None and not plain.failures(), plain.render()
+
+
+@pytest.mark.hc_head
+def test_torch_fallback_launches_nothing(run_options):
+    verdict = run_case("hc_head", mutant("torch_fallback_small.py").fn, small_case(), run_options)
+    assert failing(verdict, "launch").message.startswith("no Triton kernel was launched during the call")
+    assert [c.name for c in verdict.failures()] == ["launch"], verdict.render()
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct kernels stay clean
+
+
+def bundled_cases():
+    """Small cases for every bundled implementation: hc_head (judge case, bf16 strided, T = 0)
+    and sigmoid_gate_topk_renorm where that module exists."""
+    params = []
+    hc_cases = [judge_cases()[0], small_case(T=3, hc_mult=3, hidden=33, dtype=torch.bfloat16,
+                                             layout=Layout("padded", 5)),
+                small_case(T=0, hc_mult=4, hidden=33)]
+    for impl in bundled_implementations("hc_head"):
+        for case in hc_cases:
+            params.append(pytest.param(impl, case, id=f"hc_head-{impl.name}-{case.label}",
+                                       marks=pytest.mark.hc_head))
+    if importlib.util.find_spec("kernels.sigmoid_gate_topk_renorm") is not None:
+        from oracles.registry import get_op
+        op = "sigmoid_gate_topk_renorm"
+        small = [c for c in get_op(op).strategies.judge_cases()
+                 if sum(t.numel() for t in c.tensors().values()) <= 4096][:2]
+        for impl in bundled_implementations(op):
+            for i, case in enumerate(small):
+                params.append(pytest.param(impl, case, id=f"{op}-{impl.name}-judge{i}",
+                                           marks=getattr(pytest.mark, op)))
+    return params
+
+
+@pytest.mark.parametrize("implementation,case", bundled_cases())
+def test_bundled_kernels_are_clean_under_every_sanitizer(implementation, case, run_options):
+    options = RunOptions(device=run_options.device, determinism=True)
+    verdict = run_case(implementation.op, implementation.fn, case, options)
+    for name in SANITIZER_CHECKS:
+        check = verdict.check(name)
+        assert check is not None and check.status == PASS, f"{name}: {check}\n{verdict.render()}"
+
+
+@pytest.mark.hc_head
+def test_no_launch_with_empty_outputs_is_not_flagged(run_options):
+    """T = 0: the bundled kernel returns its empty y without a launch, which is right."""
+    verdict = run_case("hc_head", hc_head, small_case(T=0, hc_mult=2, hidden=7), run_options)
+    assert verdict.check("launch").status == PASS, verdict.render()
+    assert verdict.check("launch").message.startswith("nothing launched, and every output is empty")
+    assert not verdict.failures(), verdict.render()
+
+
+# ---------------------------------------------------------------------------------------------
+# Out-of-bounds loads: a copy that reads one element past its input carries the sentinel out
+
+
+@triton.jit
+def _copy_from_next(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs + 1, mask=mask), mask=mask)
+
+
+def copy_from_next(x):
+    y = torch.empty_like(x)
+    _copy_from_next[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    return y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_sentinel_in_a_result_is_an_out_of_bounds_load(run_options, dtype):
+    x = torch.arange(1, 6).to(dtype)
+    run = run_kernel(copy_from_next, Case("hc_head", {"x": x}), run_options.device)
+    assert run.error is None, run.error
+    outputs, reference = {"y": run.outputs[0]}, {"y": x.roll(-1).to(run_options.device)}
+    check = red_zone_check(run, outputs, reference)
+    assert check.status == FAIL
+    assert check.message.startswith("out-of-bounds load: 1 element(s) of y hold the red-zone sentinel"), check.message
+    assert "at y[4]" in check.message
+    assert launch_check(run, outputs).status == PASS
+
+
+# ---------------------------------------------------------------------------------------------
+# The interception is scoped, and the guarded buffers are what they claim
+
+
+def interception_state():
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.interpreter import GridExecutor
+    from triton.runtime.jit import JITFunction
+    hooks = getattr(getattr(getattr(triton, "knobs", None), "runtime", None), "launch_enter_hook", None)
+    return (GridExecutor.__dict__["__call__"], JITFunction.__dict__["run"], Autotuner.__dict__["run"],
+            list(getattr(hooks, "calls", [hooks])), len(torch.overrides._get_current_function_mode_stack()))
+
+
+def assert_plain_allocation():
+    t = torch.empty(4)
+    assert t.untyped_storage().nbytes() == 16 and t.storage_offset() == 0
+
+
+def test_interception_is_restored_after_a_kernel_that_raises(run_options):
+    before = interception_state()
+    case = small_case(T=1, hc_mult=2, hidden=7)
+
+    def launches_then_raises(**inputs):
+        torch.empty(3)
+        hc_head(**inputs)
+        raise RuntimeError("boom after the launch")
+
+    def raises_inside_the_launch(**inputs):
+        torch.empty(3)
+        _hc_head_kernel[(1,)](inputs["x"])  # too few arguments: raised inside Triton's launch path
+
+    verdict = run_case("hc_head", launches_then_raises, case, run_options)
+    assert failing(verdict, "contract").message.startswith("raised RuntimeError: boom after the launch")
+    assert interception_state() == before
+    assert_plain_allocation()
+    verdict = run_case("hc_head", raises_inside_the_launch, case, run_options)
+    assert failing(verdict, "contract").message.startswith("raised ")
+    assert interception_state() == before
+    assert_plain_allocation()
+    with pytest.raises(ZeroDivisionError):
+        with KernelScope():
+            1 / 0
+    assert interception_state() == before
+    assert_plain_allocation()
+
+
+def test_allocations_inside_the_scope_are_guarded_and_outside_untouched(run_options):
+    device = run_options.device
+    with KernelScope() as scope:
+        e = torch.empty((3, 5), dtype=torch.float16, device=device)
+        z = torch.zeros(4, dtype=torch.int32, device=device)
+        f = e.new_full((2,), 7.0)
+    assert [a.poisoned for a in scope.allocations] == [True, False, False]
+    assert [a.call for a in scope.allocations] == ["torch.empty([3, 5], torch.float16)",
+                                                   "torch.zeros([4], torch.int32)",
+                                                   "Tensor.new_full([2], torch.float16)"]
+    assert bool(e.isnan().all()) and z.tolist() == [0, 0, 0, 0] and f.tolist() == [7.0, 7.0]
+    for a in scope.allocations:
+        g = a.guarded
+        assert g.guard > 0 and g.view.data_ptr() % 512 == g.buffer.data_ptr() % 512  # alignment kept
+        assert g.view.stride() == (5, 1) or g.view.dim() == 1
+    assert_plain_allocation()
+
+
+def test_guarded_input_keeps_its_layout():
+    x = place(torch.arange(12.0).reshape(3, 4), Layout("stepped", 0))
+    g = guarded_empty(x.shape, x.stride(), x.storage_offset(), x.dtype, "cpu", label="x")
+    assert g.view.stride() == x.stride() and g.view.storage_offset() == g.guard + x.storage_offset()
+    assert g.extent == 3 * 8 - 1
+
+
+def test_sentinels_and_poison_are_distinctive():
+    def value(dtype, pattern):
+        return torch.frombuffer(bytearray(pattern), dtype=torch.uint8).view(dtype)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        s = value(dtype, sentinel_pattern(dtype))
+        assert bool(s.isfinite().all()) and float(s.abs()) >= 3e4  # large: a loaded sentinel shows
+        p = value(dtype, poison_pattern(dtype))
+        assert math.isnan(float(p))
+        canonical = torch.full((1,), float("nan"), dtype=dtype).view(torch.uint8).numpy().tobytes()
+        assert poison_pattern(dtype) != canonical  # a computed NaN is not "never written"
+    # A float32 sentinel cast to bfloat16 is the bfloat16 sentinel, likewise float64 -> float32.
+    f32 = value(torch.float32, sentinel_pattern(torch.float32))
+    assert f32.to(torch.bfloat16).view(torch.uint8).numpy().tobytes() == sentinel_pattern(torch.bfloat16)
+    f64 = value(torch.float64, sentinel_pattern(torch.float64))
+    assert f64.to(torch.float32).view(torch.uint8).numpy().tobytes() == sentinel_pattern(torch.float32)
+    assert value(torch.int32, poison_pattern(torch.int32)).item() == 2**31 - 1
+    assert value(torch.int32, sentinel_pattern(torch.int32)).item() not in (0, 1, -1, 2**31 - 1)
