@@ -1,0 +1,162 @@
+"""The strategies are tested themselves: every feature they promise is reachable (Hypothesis's
+`find` runs the strategy until the condition holds, then shrinks), what a case shrinks to is
+small, bad arguments raise InvalidArgument naming the argument, and the judge's cases and the
+minimizer's moves are what they claim."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, find, settings
+from hypothesis.errors import InvalidArgument
+
+from oracles import sigmoid_gate_topk_renorm as sgtr_oracle
+from strategies.hc_head import hc_head_cases
+from strategies.sigmoid_gate_topk_renorm import (JUDGE_CASES, judge_cases, sigmoid_gate_topk_renorm_cases,
+                                                 smaller_cases)
+
+FIND = settings(max_examples=3000, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def reach(strategy, condition):
+    """The smallest drawn value satisfying `condition` (fails the test when none is found)."""
+    return find(strategy, condition, settings=FIND)
+
+
+# ---------------------------------------------------------------------------------------------
+# sigmoid_gate_topk_renorm
+
+sgtr = pytest.mark.sigmoid_gate_topk_renorm
+SGTR = sigmoid_gate_topk_renorm_cases(max_tokens=4, max_experts=260)
+
+
+def shape(case):
+    T, E = case.inputs["logits"].shape
+    return T, E - case.inputs["n_shared_experts"], case.inputs["n_shared_experts"], case.inputs["k"]
+
+
+def boundary_tied(case) -> bool:
+    """Recomputed from the values, not the feature label: the k-th largest score is also held by an
+    unchosen lane."""
+    T, N, S, k = shape(case)
+    if T == 0 or k == N:
+        return False
+    sel = torch.sigmoid(case.inputs["logits"][:, :N].float()) + case.inputs["bias"]
+    top = torch.topk(sel, k, dim=-1)
+    kth = top.values[:, k - 1:k]
+    unchosen = torch.ones_like(sel, dtype=torch.bool).scatter_(1, top.indices, False)
+    return bool(((sel == kth) & unchosen).any())
+
+
+@sgtr
+def test_sgtr_boundary_tie_is_reachable():
+    case = reach(SGTR, boundary_tied)
+    assert "boundary_tie" in case.features
+    assert shape(case)[0] == 1, case  # shrinks to one token
+
+
+@sgtr
+@pytest.mark.parametrize("condition", [
+    pytest.param(lambda c: bool(c.inputs["logits"].isnan().any()), id="nan"),
+    pytest.param(lambda c: bool(c.inputs["logits"].isinf().any()), id="inf"),
+    pytest.param(lambda c: shape(c)[3] == shape(c)[1] > 1, id="k=N"),
+    pytest.param(lambda c: shape(c)[2] == 0 and shape(c)[0] > 0, id="S=0"),
+    pytest.param(lambda c: shape(c)[2] > shape(c)[3], id="S>k"),
+    pytest.param(lambda c: shape(c)[1] % 32 != 0 and shape(c)[1] > 32, id="N%32!=0"),
+    pytest.param(lambda c: shape(c)[1] in (127, 129, 255, 257), id="N=block+-1"),
+    pytest.param(lambda c: bool((c.inputs["bias"] < -1).all()) and shape(c)[1] > 1, id="negative-bias"),
+    pytest.param(lambda c: not c.inputs["logits"].is_contiguous(), id="strided"),
+])
+def test_sgtr_feature_is_reachable(condition):
+    reach(SGTR, condition)
+
+
+@sgtr
+@pytest.mark.parametrize("feature", ["ties", "boundary_tie", "near_tie", "bias_tie", "all_equal", "nan", "inf",
+                                     "huge", "k=1", "k=N", "S=0", "S>k", "tail", "layout=padded",
+                                     "global_scale=[1]", "global_scale=0-dim", "global_scale=float",
+                                     "bias=large_negative"])
+def test_sgtr_feature_label_is_reachable(feature):
+    reach(SGTR, lambda c: feature in c.features)
+
+
+@sgtr
+def test_sgtr_nan_case_shrinks_small():
+    """What a case that needs a NaN logit shrinks to: one token, one routed expert, no shared."""
+    case = reach(SGTR, lambda c: bool(c.inputs["logits"].isnan().any()))
+    assert shape(case) == (1, 1, 0, 1), case
+    assert case.inputs["logits"].is_contiguous()
+
+
+@sgtr
+@pytest.mark.parametrize("kwargs, argument", [
+    (dict(min_tokens=3, max_tokens=2), "min_tokens"),
+    (dict(max_experts=0), "max_experts"),
+    (dict(max_shared=-1), "max_shared"),
+    (dict(max_k=0), "max_k"),
+    (dict(dtypes=(torch.int32,)), "dtypes"),
+    (dict(dtypes=()), "dtypes"),
+])
+def test_sgtr_cases_validate_their_arguments(kwargs, argument):
+    with pytest.raises(InvalidArgument, match=argument):
+        sigmoid_gate_topk_renorm_cases(**kwargs)
+
+
+@sgtr
+def test_sgtr_judge_cases_are_the_judges():
+    cases = judge_cases()
+    assert len(cases) == 9
+    for case, (T, N, S, k, route_scale, gs) in zip(cases, JUDGE_CASES):
+        assert shape(case) == (T, N, S, k)
+        assert case.inputs["logits"].dtype == torch.bfloat16
+        assert case.inputs["global_scale"].dim() == 0 and float(case.inputs["global_scale"]) == pytest.approx(gs)
+        assert isinstance(case.inputs["route_scale"], float) and case.inputs["route_scale"] == route_scale
+        assert case.inputs["bias"].shape == (N,) and case.inputs["bias"].dtype == torch.float32
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 131, generator=gen)
+    assert torch.equal(cases[1].inputs["logits"], x.to(torch.bfloat16))
+    assert torch.equal(cases[1].inputs["bias"], 0.1 * torch.randn(128, generator=gen))
+
+
+@sgtr
+def test_sgtr_smaller_cases_stay_valid():
+    """Every move keeps 1 <= k <= N, the bias [N] and the reference callable; a strided case first
+    becomes contiguous."""
+    case = find(SGTR, lambda c: shape(c)[0] >= 2 and shape(c)[2] >= 1 and shape(c)[1] >= 8
+                and not c.inputs["logits"].is_contiguous(), settings=FIND)
+    moves = list(smaller_cases(case))
+    assert moves and moves[0].inputs["logits"].is_contiguous()
+    for move in moves:
+        T, N, S, k = shape(move)
+        assert 1 <= k <= N and move.inputs["bias"].shape == (N,)
+        sgtr_oracle.reference(**move.inputs)
+    assert any(shape(m)[0] < shape(case)[0] for m in moves)
+    assert any(shape(m)[1] < shape(case)[1] for m in moves)
+    assert any(shape(m)[2] < shape(case)[2] for m in moves)
+
+
+# ---------------------------------------------------------------------------------------------
+# hc_head
+
+hc = pytest.mark.hc_head
+HC = hc_head_cases(max_tokens=4, max_hidden=300)
+
+
+@hc
+@pytest.mark.parametrize("condition", [
+    pytest.param(lambda c: bool(c.inputs["x"].isnan().any()), id="nan"),
+    pytest.param(lambda c: c.inputs["x"].shape[2] % 32 != 0 and c.inputs["x"].shape[2] > 32, id="hidden%32!=0"),
+    pytest.param(lambda c: c.inputs["x"].shape[1] == 1, id="hc_mult=1"),
+    pytest.param(lambda c: c.inputs["norm_eps"] == 0.0, id="norm_eps=0"),
+    pytest.param(lambda c: "zero_token" in c.features, id="zero_token"),
+    pytest.param(lambda c: not c.inputs["x"].is_contiguous(), id="strided"),
+])
+def test_hc_head_feature_is_reachable(condition):
+    reach(HC, condition)
+
+
+@hc
+def test_hc_head_nan_case_shrinks_small():
+    case = reach(HC, lambda c: bool(c.inputs["x"].isnan().any()))
+    assert tuple(case.inputs["x"].shape) == (1, 1, 1), case
+    assert math.isnan(float(case.inputs["x"].reshape(-1)[0]))
