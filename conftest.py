@@ -6,6 +6,8 @@ binds interpreter mode when it decorates.
 """
 
 import os
+import sys
+import time
 
 import torch
 
@@ -26,7 +28,10 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from kernels.loader import KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option  # noqa: E402
 from oracles.differential import RunOptions, run_case  # noqa: E402
 from oracles.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
+from oracles.gate import ImplementationSummary, Tally, dumps, render_table, report_json  # noqa: E402
+from oracles.inflight import crashed_case_verdict, in_flight, inflight_dir  # noqa: E402
 from oracles.registry import OPS  # noqa: E402
+from oracles.verdict import FAIL as FAIL_STATUS  # noqa: E402
 
 ROOT = Path(__file__).parent
 
@@ -57,6 +62,24 @@ def pytest_addoption(parser):
                          "differently is a judge risk, not a failure)")
     group.addoption("--minimize-budget", type=float, default=20.0, metavar="SECONDS",
                     help="time for minimizing a failing case before its fixture is written (default 20)")
+    group.addoption("--gate-budget", type=float, default=None, metavar="SECONDS",
+                    help="fuzzing time per property test and implementation; past it the test stops "
+                         "drawing cases and the verdict table says how far it got (default: no limit)")
+    group.addoption("--gate-report", default=None, metavar="PATH",
+                    help="also write the verdict tables as JSON (schema: oracles/gate_report.schema.json)")
+    group.addoption("--case-timeout", type=float, default=300.0, metavar="SECONDS",
+                    help="a single kernel call running longer is a hang: the case is saved as a fixture and "
+                         "the worker process ends (default 300)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Gate runs (--kernel) execute in one xdist worker unless -n says otherwise: a kernel that
+    segfaults or corrupts the heap then kills a worker, which xdist replaces, and the case it
+    was running still gets a verdict (see pytest_handlecrashitem)."""
+    if config.getoption("kernel") and config.getoption("numprocesses", None) is None \
+            and config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.option.numprocesses = 1
 
 
 def pytest_configure(config):
@@ -72,7 +95,9 @@ def pytest_configure(config):
         except KernelLoadError as e:
             raise pytest.UsageError(str(e)) from None
     config.stash[KERNELS] = kernels
-    config.pluginmanager.register(FixtureSummary(), "tritonfuzz-fixture-summary")
+    if not hasattr(config, "workerinput"):  # the controller (or a plain run) sums up
+        inflight_dir()  # before xdist starts workers: they inherit where to record in-flight cases
+        config.pluginmanager.register(GateSummary(config), "tritonfuzz-gate-summary")
     if kernels and config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("gate")
 
@@ -139,24 +164,55 @@ def run_options(request) -> RunOptions:
                       determinism=settings._current_profile == "gate")
 
 
-class Fuzz:
-    """What a property calls: run the case, and on failure remember it and raise a standalone message."""
+# Which tally a test's verdicts go to (oracles/gate.py KINDS); every other property is "fuzz".
+TEST_KINDS = {"test_judge_cases": "judge", "test_fixture_replays": "fixture"}
 
-    def __init__(self, node, options: RunOptions):
-        self.node, self.options = node, options
+
+class Fuzz:
+    """What a property calls: run the case; tally the verdict for the gate; on failure remember
+    the case and raise a standalone message. Drawn cases stop running past --gate-budget."""
+
+    def __init__(self, node, options: RunOptions, *, budget_s, case_timeout_s, kind):
+        self.node, self.options, self.kind = node, options, kind
+        self.budget_s, self.case_timeout_s = budget_s, case_timeout_s
+        self.started = time.monotonic()
+        self.tally: Tally | None = None
+        self.last_progress = self.started
 
     def check(self, case, implementation):
         __tracebackhide__ = True
-        verdict = run_case(implementation.op, implementation.fn, case, self.options)
+        if self.tally is None:
+            self.tally = Tally(implementation.op, implementation.name, self.kind, judge_exact=self.options.judge_exact)
+        if self.kind == "fuzz" and self.budget_s is not None and time.monotonic() - self.started > self.budget_s:
+            self.tally.budget_exhausted = True
+            return None  # graceful stop: the remaining examples cost only their draws
+        with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
+                       timeout_s=self.case_timeout_s):
+            verdict = run_case(implementation.op, implementation.fn, case, self.options)
+        self.tally.add(verdict)
+        self.progress()
         if verdict.failures(judge_exact=self.options.judge_exact):
             self.node.stash[FAILURE] = Failure(case, implementation, verdict, self.options)
             raise KernelCheckFailed(failure_message(case, implementation, verdict, self.options))
         return verdict
 
+    def progress(self, every_s: float = 30.0):
+        """On long runs, a line per test every 30 s on the real stderr (captured output hides it)."""
+        now = time.monotonic()
+        if now - self.last_progress >= every_s:
+            self.last_progress = now
+            failures = sum(c[FAIL_STATUS] for c in self.tally.checks.values())
+            print(f"[tritonfuzz] {self.tally.op}/{self.tally.implementation} {self.node.name}: "
+                  f"{self.tally.examples} examples, {failures} failing checks, {now - self.started:.0f} s",
+                  file=sys.__stderr__, flush=True)
+
 
 @pytest.fixture
 def fuzz(request, run_options) -> Fuzz:
-    return Fuzz(request.node, run_options)
+    config = request.config
+    return Fuzz(request.node, run_options, budget_s=config.getoption("gate_budget"),
+                case_timeout_s=config.getoption("case_timeout"),
+                kind=TEST_KINDS.get(request.node.originalname, "fuzz"))
 
 
 def kernel_option_for(config, implementation) -> str | None:
@@ -170,6 +226,13 @@ def kernel_option_for(config, implementation) -> str | None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    report.user_properties = list(report.user_properties)  # pytest shares one list across phases
+    impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
+    if impl is not None:
+        report.user_properties.append(("tritonfuzz_impl", {"op": impl.op, "implementation": impl.name}))
+    fuzz = item.funcargs.get("fuzz") if call.when == "call" and hasattr(item, "funcargs") else None
+    if fuzz is not None and fuzz.tally is not None:
+        report.user_properties.append(("tritonfuzz_tally", fuzz.tally.to_json()))
     failure = item.stash.get(FAILURE, None)
     if call.when != "call" or not report.failed or failure is None:
         return
@@ -183,20 +246,88 @@ def pytest_runtest_makereport(item, call):
     text = (f"minimized to: {small.case.summary()}\n{small.verdict.render()}\n"
             f"fixture: {path}\nreplay:  {replay}")
     report.sections.append(("tritonfuzz regression fixture", text))
-    report.user_properties.append(("tritonfuzz_fixture", f"{path} :: {replay}"))
+    report.user_properties.append(("tritonfuzz_fixture", {
+        "op": failure.implementation.op, "implementation": failure.implementation.name,
+        "path": str(path), "replay": replay}))
 
 
-class FixtureSummary:
-    """Collects the fixtures written during the session (from every xdist worker) for the summary."""
+class GateSummary:
+    """On the controller: merges tallies, fixtures, static findings and crashes per implementation;
+    prints the verdict tables (gate runs, or when --gate-report is given) and writes the JSON."""
 
-    def __init__(self):
-        self.lines: list[str] = []
+    def __init__(self, config):
+        self.config = config
+        self.summaries: dict[tuple[str, str], ImplementationSummary] = {}
+        self.fixtures: list[dict] = []
+
+    def summary(self, op: str, name: str) -> ImplementationSummary:
+        key = (op, name)
+        if key not in self.summaries:
+            self.summaries[key] = ImplementationSummary(op, name)
+        return self.summaries[key]
 
     def pytest_runtest_logreport(self, report):
-        self.lines += [value for name, value in report.user_properties if name == "tritonfuzz_fixture"]
+        impl = implementation_key(report)
+        if impl is not None:
+            s = self.summary(*impl)
+            s.elapsed_s += report.duration
+            if report.failed:
+                s.tests_failed += 1
+            if report.skipped and TEST_KINDS.get(report.nodeid.split("::")[-1].split("[")[0]) == "judge":
+                s.judge_official["skipped"] += 1
+        for name, value in report.user_properties:
+            if name == "tritonfuzz_tally":
+                self.summary(value["op"], value["implementation"]).merge_tally(value, passed=report.passed)
+            elif name == "tritonfuzz_fixture":
+                self.fixtures.append(value)
+                self.summary(value["op"], value["implementation"]).new_fixtures.append(
+                    {"path": value["path"], "replay": value["replay"]})
+            elif name == "tritonfuzz_static":
+                self.summary(value["op"], value["implementation"]).static_findings += value["findings"]
+            elif name == "tritonfuzz_crash":
+                self.summary(value["op"], value["implementation"]).crashes.append(value["message"])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        """A worker died (segfault, heap corruption, or our hang watchdog) while running a kernel:
+        turn its in-flight case into a verdict and a fixture; xdist replaces the worker."""
+        message = crashed_case_verdict(self.config, report)
+        if message:
+            report.longrepr = f"{report.longrepr}\n{message['message']}"
+            report.user_properties.append(("tritonfuzz_crash", message))
 
     def pytest_terminal_summary(self, terminalreporter):
-        if self.lines:
+        config = self.config
+        gate = bool(config.stash[KERNELS]) or config.getoption("gate_report")
+        for op, loaded in config.stash[KERNELS].items():
+            for lk in loaded:
+                for impl in lk.implementations:
+                    s = self.summary(op, impl.name)
+                    s.source, s.notes = lk.source, list(lk.notes)
+        if self.fixtures and not gate:
             terminalreporter.section("tritonfuzz: new regression fixtures")
-            for line in dict.fromkeys(self.lines):
-                terminalreporter.write_line(line)
+            for f in self.fixtures:
+                terminalreporter.write_line(f"{f['path']}\n  replay: {f['replay']}")
+        if not gate:
+            return
+        budget = config.getoption("gate_budget")
+        under_test = {(op, i.name) for op, loaded in config.stash[KERNELS].items()
+                      for lk in loaded for i in lk.implementations}
+        summaries = [s for key, s in self.summaries.items() if not under_test or key in under_test]
+        terminalreporter.section("tritonfuzz verdict")
+        for s in summaries:
+            terminalreporter.write_line(render_table(s, budget))
+            terminalreporter.write_line("")
+        path = config.getoption("gate_report")
+        if path:
+            report = report_json(summaries, device=device(), profile=settings._current_profile, budget_s=budget)
+            Path(path).write_text(dumps(report))
+            terminalreporter.write_line(f"gate report written to {path}")
+
+
+def implementation_key(report):
+    """(op, implementation name) of a test report, from its parametrization id."""
+    for name, value in report.user_properties:
+        if name in ("tritonfuzz_impl", "tritonfuzz_crash"):
+            return value["op"], value["implementation"]
+    return None

@@ -56,7 +56,8 @@ def file_sha256(path: Path) -> str:
 def bundled_implementations(op: str) -> list[Implementation]:
     spec = get_op(op)
     module = spec.kernel_module
-    table = getattr(module, "IMPLEMENTATIONS", None) or {"bundled": getattr(module, op)}
+    # IMPLEMENTATIONS: (name, function) pairs (or a dict) when a module ships several designs.
+    table = dict(getattr(module, "IMPLEMENTATIONS", None) or {"bundled": getattr(module, op)})
     path = Path(module.__file__)
     return [Implementation(op, name, fn, path, file_sha256(path)) for name, fn in table.items()]
 

@@ -55,8 +55,9 @@ def minimized(failure: Failure, *, budget_s: float) -> Failure:
     return Failure(case, failure.implementation, verdict, failure.options)
 
 
-def replay_command(path: Path, impl: Implementation, kernel_option: str | None, regressions_dir: str | None) -> str:
-    kernel = f" --kernel {impl.op}={kernel_option}" if kernel_option else ""
+def replay_command(path: Path, impl: Implementation | None, kernel_option: str | None, regressions_dir: str | None,
+                   *, op: str | None = None) -> str:
+    kernel = f" --kernel {op or impl.op}={kernel_option}" if kernel_option else ""
     where = f" --regressions-dir {regressions_dir}" if regressions_dir else ""
     return f"pytest{kernel}{where} tests/test_regressions.py -k {path.stem}"
 
