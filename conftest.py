@@ -275,6 +275,8 @@ class GateSummary:
                 s.tests_failed += 1
             if report.skipped and TEST_KINDS.get(report.nodeid.split("::")[-1].split("[")[0]) == "judge":
                 s.judge_official["skipped"] += 1
+        if report.when not in ("call", "???"):  # item properties repeat on every phase's report
+            return
         for name, value in report.user_properties:
             if name == "tritonfuzz_tally":
                 self.summary(value["op"], value["implementation"]).merge_tally(value, passed=report.passed)
