@@ -168,6 +168,16 @@ def run_options(request) -> RunOptions:
 TEST_KINDS = {"test_judge_cases": "judge", "test_fixture_replays": "fixture"}
 
 
+@pytest.fixture
+def soak_gpu(run_options):
+    """Cases beyond 2^31 elements: minutes of GPU memory traffic, so only under the soak profile
+    on a GPU; the CPU interpreter could not run them at all."""
+    if run_options.device != "cuda":
+        pytest.skip("beyond-2^31-element case: GPU only (the interpreter would take hours)")
+    if settings._current_profile != "soak":
+        pytest.skip("beyond-2^31-element case: runs under --hypothesis-profile soak")
+
+
 class Fuzz:
     """What a property calls: run the case; tally the verdict for the gate; on failure remember
     the case and raise a standalone message. Drawn cases stop running past --gate-budget."""

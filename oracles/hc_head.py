@@ -20,6 +20,7 @@ from oracles.verdict import PASS, SKIP, Check, bounded_check, contract_check, ju
 from strategies.case import Case
 
 OUTPUT_NAMES = ("y",)
+ROW_INPUTS = ("x",)  # inputs whose dim 0 is the token: each token is computed independently
 
 
 def reference(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):

@@ -27,6 +27,7 @@ from oracles.verdict import (FAIL, MAX_LISTED, PASS, RISK, SKIP, Check, bounded_
 from strategies.case import Case
 
 OUTPUT_NAMES = ("routed_w", "indices", "shared_w")
+ROW_INPUTS = ("logits",)  # inputs whose dim 0 is the token: each token is computed independently
 
 
 def reference(logits, k, n_shared_experts, route_scale, global_scale, bias):

@@ -29,3 +29,19 @@ def test_judge_cases(case, implementation, fuzz, run_options):
     if run_options.device == "cpu" and case.inputs["x"].shape[0] > 1 and case.inputs["x"].shape[2] > 1000:
         pytest.skip("bench-size judge case: too slow under the CPU interpreter; runs natively on a GPU")
     fuzz.check(case, implementation)
+
+
+def test_beyond_int32_elements(implementation, soak_gpu):
+    """T * hc_mult * hidden > 2^31: the last tokens' addresses need 64-bit offsets. The kernel
+    runs on all 75000 tokens; the verdict checks the first and last ones (oracles/sampled_rows.py)."""
+    import torch
+
+    from oracles.sampled_rows import sampled_row_verdict
+    T, h, H = 75_000, 4, 7168  # 2.15e9 elements of x
+    gen = torch.Generator("cuda").manual_seed(0)
+    inputs = {"x": torch.randn(T, h, H, generator=gen, device="cuda", dtype=torch.bfloat16),
+              "hc_fn": 0.02 * torch.randn(h, h * H, generator=gen, device="cuda"),
+              "hc_scale": torch.tensor([1.5], device="cuda"),
+              "hc_base": 0.1 * torch.randn(h, generator=gen, device="cuda"), "norm_eps": 1e-6, "hc_eps": 1e-3}
+    verdict = sampled_row_verdict(OP, implementation.fn, inputs, [0, 1, T // 2, T - 2, T - 1])
+    assert not verdict.failures(), verdict.render()

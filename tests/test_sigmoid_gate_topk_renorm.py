@@ -41,3 +41,18 @@ def test_judge_cases(case, implementation, fuzz, run_options):
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.label.replace(" ", "-")) for c in model_cases()])
 def test_model_config(case, implementation, fuzz):
     fuzz.check(case, implementation)
+
+
+def test_beyond_int32_elements(implementation, soak_gpu):
+    """T * (N + S) > 2^31: the last rows' addresses need 64-bit offsets. The kernel runs on all
+    rows; the verdict checks the first and last ones (oracles/sampled_rows.py)."""
+    import torch
+
+    from oracles.sampled_rows import sampled_row_verdict
+    N, S, T = 256, 1, 8_400_000  # 2.16e9 logits
+    gen = torch.Generator("cuda").manual_seed(0)
+    inputs = {"logits": torch.randn(T, N + S, generator=gen, device="cuda", dtype=torch.bfloat16), "k": 8,
+              "n_shared_experts": S, "route_scale": 2.5, "global_scale": torch.tensor(0.8, device="cuda"),
+              "bias": 0.1 * torch.randn(N, generator=gen, device="cuda")}
+    verdict = sampled_row_verdict(OP, implementation.fn, inputs, [0, 1, T // 2, T - 2, T - 1])
+    assert not verdict.failures(), verdict.render()

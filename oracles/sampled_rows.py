@@ -1,0 +1,37 @@
+"""Verdicts on a few rows of a case too large for the float64 oracle (beyond 2^31 elements).
+
+Both ops compute every token independently, so the kernel's output rows for tokens t1, t2, ...
+must equal what the op gives on a small case made of those tokens alone. The big case is built
+on the GPU, the kernel runs on all of it, and the verdict looks at the first and the last
+tokens — the ones whose addresses need more than 32 bits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oracles.registry import get_op
+from oracles.verdict import Check, FAIL, Verdict
+from strategies.case import Case
+
+
+def sampled_row_verdict(op_name: str, fn, inputs: dict, rows: list[int], *, judge_exact: bool = False) -> Verdict:
+    op = get_op(op_name)
+    oracle = op.oracle
+    raw = fn(**inputs)
+    torch.cuda.synchronize()
+    raw = raw if isinstance(raw, tuple) else (raw,)
+    verdict = Verdict()
+    if len(raw) != len(oracle.OUTPUT_NAMES):
+        verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(oracle.OUTPUT_NAMES)}"))
+        return verdict
+    index = torch.tensor(rows, device=raw[0].device)
+    small_inputs = {k: (v.index_select(0, index).cpu() if k in oracle.ROW_INPUTS else
+                        v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    case = Case(op_name, small_inputs, frozenset({"beyond-int32"}), f"rows {rows} of a {tuple(raw[0].shape)} output")
+    outputs = {name: out.index_select(0, index).cpu() for name, out in zip(oracle.OUTPUT_NAMES, raw)}
+    reference = dict(zip(oracle.OUTPUT_NAMES, (lambda r: r if isinstance(r, tuple) else (r,))(
+        oracle.reference(**case.to("cpu")))))
+    for check in oracle.verdict_checks(case, outputs, reference, judge_exact=judge_exact):
+        verdict.add(check)
+    return verdict
