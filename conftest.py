@@ -152,7 +152,9 @@ def pytest_collection_modifyitems(config, items):
         return
     keep, drop = [], []
     for item in items:
-        (keep if any(item.get_closest_marker(op) for op in selected_ops) else drop).append(item)
+        # The gate runs the tests of implementations (they take `implementation`), not self-tests.
+        of_op = any(item.get_closest_marker(op) for op in selected_ops)
+        (keep if of_op and "implementation" in getattr(item, "fixturenames", ()) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -310,6 +312,8 @@ class GateSummary:
 
     def pytest_terminal_summary(self, terminalreporter):
         config = self.config
+        if config.option.collectonly:
+            return
         gate = bool(config.stash[KERNELS]) or config.getoption("gate_report")
         for op, loaded in config.stash[KERNELS].items():
             for lk in loaded:
