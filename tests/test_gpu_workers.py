@@ -1,0 +1,19 @@
+"""Under `pytest -n auto` on a GPU host each xdist worker takes one GPU, round robin."""
+
+import os
+
+import pytest
+import torch
+
+
+@pytest.mark.gpu
+def test_worker_is_pinned_to_its_gpu():
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not torch.cuda.is_available() or worker is None:
+        pytest.skip("needs a GPU and pytest-xdist workers (pytest -n N)")
+    expected = int(worker.removeprefix("gw")) % torch.cuda.device_count()
+    assert torch.cuda.current_device() == expected, (
+        f"{worker} runs on cuda:{torch.cuda.current_device()}, expected cuda:{expected} of {torch.cuda.device_count()}")
+    # The default device is what unqualified allocations (and the kernels' outputs) use.
+    assert torch.empty(1, device="cuda").device.index == expected
+    print(f"{worker} -> cuda:{expected} ({torch.cuda.get_device_name(expected)})")
