@@ -157,7 +157,9 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     if not bool(y_ref.isfinite().all()):
         checks.append(Check("judge", SKIP, "the reference itself is non-finite here; the judge never draws such inputs"))
     else:
-        checks.append(judge_check({"y": y}, {"y": y_ref}))
+        # The reference is itself a float32 evaluation within `allowed` of oracle64
+        # (tests/test_oracles.py), so kernel and reference may sit 2 * allowed apart.
+        checks.append(judge_check({"y": y}, {"y": y_ref}, rounding_allowed={"y": 2 * allowed}))
     return checks
 
 

@@ -157,10 +157,19 @@ def bounded_check(check: str, name: str, kernel: torch.Tensor, oracle: torch.Ten
     return Check(check, FAIL, f"{int(bad.sum())} element(s) outside the bound{doc}: " + listed(worst, describe))
 
 
-def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Tensor]) -> Check:
+def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Tensor],
+                *, rounding_allowed: dict[str, torch.Tensor] | None = None) -> Check:
     """What the competition says: assert_close after a float32 cast at the published tolerance,
-    equal_nan off (any NaN fails), integer outputs exactly."""
-    problems = []
+    equal_nan off (any NaN fails), integer outputs exactly.
+
+    `rounding_allowed[name]` (optional): per element, how far a correct float32 evaluation may
+    sit from the reference — the kernel's accuracy bound plus the reference's own, both from
+    the case's magnitudes. Where every element the judge rejects lies within it, the kernel and
+    the reference are both right up to float32 rounding and differ only because this input is
+    ill-conditioned (cancellation): the judge's verdict is then a coin flip of summation order,
+    reported as a risk rather than a failure. The judge's own inputs (randn) never get there.
+    """
+    problems, risks = [], []
     for name, ref in references.items():
         out = outputs[name]
         if ref.is_floating_point():
@@ -169,9 +178,26 @@ def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Te
                 torch.testing.assert_close(out.detach().float().cpu(), ref.detach().float().cpu(),
                                            atol=atol, rtol=rtol, equal_nan=False)
             except AssertionError as e:
-                problems.append(f"{name} (atol={atol}, rtol={rtol}): " + " ".join(str(e).split()))
+                text = f"{name} (atol={atol}, rtol={rtol}): " + " ".join(str(e).split())
+                explained = rounding_allowed is not None and name in rounding_allowed and \
+                    _within_rounding(out, ref, rounding_allowed[name], atol, rtol)
+                (risks if explained else problems).append(text)
         elif not torch.equal(out.detach().cpu(), ref.detach().cpu()):
             diff = (out.detach().cpu() != ref.detach().cpu()).flatten().nonzero().flatten()
             problems.append(f"{name}: {diff.numel()} element(s) differ (exact match required), first at "
                             f"{index_str(int(diff[0]), tuple(ref.shape))}")
-    return Check("judge", FAIL, " | ".join(problems)) if problems else Check("judge", PASS)
+    if problems:
+        return Check("judge", FAIL, " | ".join(problems + risks))
+    if risks:
+        return Check("judge", RISK, "the judge would reject this input, but kernel and reference differ only "
+                                    "by float32 rounding on an ill-conditioned input (both within the accuracy "
+                                    "bound of oracle64): " + " | ".join(risks))
+    return Check("judge", PASS)
+
+
+def _within_rounding(out, ref, allowed, atol, rtol) -> bool:
+    o, r, a = out.detach().cpu().double(), ref.detach().cpu().double(), allowed.detach().cpu().double()
+    rejected = ~((o - r).abs() <= atol + rtol * r.abs())
+    if not bool(o[rejected].isfinite().all() and r[rejected].isfinite().all()):
+        return False
+    return bool(((o - r).abs() <= a)[rejected].all())
