@@ -296,9 +296,18 @@ def tie_description(kernel_row: torch.Tensor, reference_row: torch.Tensor, score
     return "; ".join(parts)
 
 
-def judge_verdict(outputs: dict, reference: dict, scores: Scores64, indices_valid: bool) -> Check:
-    """The judge: indices torch.equal to the reference's, weights by assert_close. A kernel whose
-    valid choice differs from torch.topk's only among (within-rounding) ties is a judge RISK."""
+def judge_verdict(outputs: dict, reference: dict, scores: Scores64, indices_valid: bool,
+                  allowed: torch.Tensor | None = None, underflow: torch.Tensor | None = None) -> Check:
+    """The judge: indices torch.equal to the reference's, weights by assert_close.
+
+    Judge RISKs, not failures (the kernel is right; the judge may still reject it):
+    - a valid choice that differs from torch.topk's only among (within-rounding) tied scores;
+    - on rows whose indices agree, a weight the judge rejects within 2 * `allowed` (the kernel's
+      accuracy bound [T, k+S]; the reference is a float32 evaluation within it too): float32
+      rounding on an ill-conditioned row (oracles/verdict.py judge_check);
+    - a rejected row in `underflow` ([T] bool, every sigmoid near or below FLT_MIN): there float32
+      gives 0/0 = NaN or finite weights depending on FTZ and on how sigmoid underflows.
+    """
     out = {n: outputs[n].detach().cpu() for n in OUTPUT_NAMES}
     ref = {n: reference[n].detach().cpu() for n in OUTPUT_NAMES}
     nonfinite = ~(ref["routed_w"].isfinite().all(-1) & ref["shared_w"].isfinite().all(-1))
@@ -307,25 +316,41 @@ def judge_verdict(outputs: dict, reference: dict, scores: Scores64, indices_vali
         return Check("judge", SKIP, f"the reference itself has NaN/inf weights (row(s) {rows[:MAX_LISTED]}); "
                                     f"the judge never draws such inputs")
     k_idx, r_idx = out["indices"].long(), ref["indices"].long()
-    if torch.equal(k_idx, r_idx):
-        return judge_check(out, ref)
-    if not indices_valid:
+    k = k_idx.shape[-1]
+    rounding = None if allowed is None else {"routed_w": 2 * allowed[:, :k], "shared_w": 2 * allowed[:, k:]}
+    differ = (k_idx != r_idx).any(-1)
+    underflow = torch.zeros_like(differ) if underflow is None else underflow.cpu()
+    if not bool(differ.any()) and not bool(underflow.any()):
+        return judge_check(out, ref, rounding_allowed=rounding)
+    if bool(differ.any()) and not indices_valid:
         c = judge_check(out, ref)
         return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not a valid top-k, "
                                     f"see [indices])")
-    differ = (k_idx != r_idx).any(-1)
-    same = ~differ
-    agreeing = judge_check({n: out[n][same] for n in OUTPUT_NAMES}, {n: ref[n][same] for n in OUTPUT_NAMES})
-    rows = differ.nonzero().flatten().tolist()
-    ties = "; ".join(f"row {t}: kernel {_row(k_idx[t])}, reference {_row(r_idx[t])}: "
-                     f"{tie_description(k_idx[t], r_idx[t], scores, t)}" for t in rows[:MAX_LISTED])
-    more = f"; ... and {len(rows) - MAX_LISTED} more row(s)" if len(rows) > MAX_LISTED else ""
-    tie_text = (f"indices differ from torch.topk's on {reference['indices'].device.type} in {len(rows)} row(s), "
-                f"only among tied scores (torch.topk's tie order is device-dependent; --judge-exact fails "
-                f"this): {ties}{more}")
-    if agreeing.status == FAIL:
-        return Check("judge", FAIL, f"{agreeing.message} (rows whose indices agree) | also {tie_text}")
-    return Check("judge", RISK, tie_text)
+
+    def judged(rows: torch.Tensor) -> Check:
+        return judge_check({n: out[n][rows] for n in OUTPUT_NAMES}, {n: ref[n][rows] for n in OUTPUT_NAMES},
+                           rounding_allowed=None if rounding is None else {n: a[rows] for n, a in rounding.items()})
+
+    ordinary, underflowing = judged(~differ & ~underflow), judged(~differ & underflow)
+    risks = []
+    if bool(differ.any()):
+        rows = differ.nonzero().flatten().tolist()
+        ties = "; ".join(f"row {t}: kernel {_row(k_idx[t])}, reference {_row(r_idx[t])}: "
+                         f"{tie_description(k_idx[t], r_idx[t], scores, t)}" for t in rows[:MAX_LISTED])
+        more = f"; ... and {len(rows) - MAX_LISTED} more row(s)" if len(rows) > MAX_LISTED else ""
+        risks.append(f"indices differ from torch.topk's on {reference['indices'].device.type} in {len(rows)} "
+                     f"row(s), only among tied scores (torch.topk's tie order is device-dependent; --judge-exact "
+                     f"fails this): {ties}{more}")
+    if underflowing.status != PASS:
+        rows = (~differ & underflow).nonzero().flatten().tolist()
+        risks.append(f"row(s) {rows[:MAX_LISTED]} where every sigmoid is near or below FLT_MIN (float32 underflow "
+                     f"and FTZ decide these weights): {underflowing.message}")
+    if ordinary.status == RISK:
+        risks.append(ordinary.message)
+    if ordinary.status == FAIL:
+        where = " (rows whose indices agree)" if bool(differ.any()) else ""
+        return Check("judge", FAIL, f"{ordinary.message}{where}" + "".join(f" | also {r}" for r in risks))
+    return Check("judge", RISK, " | ".join(risks)) if risks else Check("judge", PASS)
 
 
 def _merged(name: str, checks: list[Check]) -> Check:
@@ -352,11 +377,13 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     indices = indices_check(idx, scores, reference["indices"])
     checks.append(indices)
 
+    allowed = underflow = None
     if bool(((idx >= 0) & (idx < N)).all()):
         o = weights64(logits, idx, S, args["route_scale"], args["global_scale"])
         allowed = accuracy_bound(o, logits.dtype)
         w32 = weights_float32(logits, idx, S, args["route_scale"], args["global_scale"])
-        ambiguous = underflow_rows(o)[:, None].expand_as(o.w)
+        underflow = underflow_rows(o)
+        ambiguous = underflow[:, None].expand_as(o.w)
         # Overflow of the output cast itself may round either way near the threshold.
         near_overflow = (o.w.abs() + allowed) >= overflow_threshold(logits.dtype) * (1 - 2.0 ** -8)
         parts = (("routed_w", slice(0, k)), ("shared_w", slice(k, k + S)))
@@ -373,5 +400,5 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
         why = "the kernel's indices leave [0, N): its weights have no oracle (see [indices])"
         checks += [Check("specials", SKIP, why), Check("accuracy", SKIP, why)]
 
-    checks.append(judge_verdict(outputs, reference, scores, indices.status == PASS))
+    checks.append(judge_verdict(outputs, reference, scores, indices.status == PASS, allowed, underflow))
     return checks

@@ -272,3 +272,18 @@ def test_sgtr_accuracy_bound_is_not_loose(dtype, eps_off):
     w[0, 0] = (w[0, 0].double() * (1 + eps_off * torch.finfo(dtype).eps)).to(dtype)
     checks, _ = sgtr_checks(case, outputs={**reference, "routed_w": w})
     assert checks["accuracy"].status == "fail" and "routed_w[0, 0]" in checks["accuracy"].message, checks["accuracy"]
+
+
+@sgtr
+def test_sgtr_underflowing_row_is_a_judge_risk_not_a_failure():
+    """Every active logit in (-103, -87): float32 sigmoids are subnormal, so the CPU reference has
+    finite weights while a GPU kernel that flushes subnormals gets 0/0 = NaN. Both are float32
+    evaluations of the same row: specials and accuracy pass, the judge reports a risk."""
+    case = sgtr_case(logits=torch.tensor([[-88.0, -88.5, -95.0, -88.25]]), k=2, n_shared_experts=1,
+                     bias=torch.zeros(3))
+    reference = dict(zip(sgtr_oracle.OUTPUT_NAMES, sgtr_oracle.reference(**case.inputs)))
+    assert bool(reference["routed_w"].isfinite().all())
+    flushed = {**reference, "routed_w": torch.full((1, 2), math.nan), "shared_w": torch.full((1, 1), math.nan)}
+    checks, verdict = sgtr_checks(case, outputs=flushed)
+    assert not verdict.failures(), verdict.render()
+    assert checks["judge"].status == "risk" and "FLT_MIN" in checks["judge"].message
