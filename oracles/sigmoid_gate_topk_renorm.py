@@ -163,8 +163,8 @@ def accuracy_bound(o: Weights64, out_dtype: torch.dtype) -> torch.Tensor:
       p_j = fl32(sigmoid(a_j)):   |dp_j| <= sigmoid_error(a_j)      (exp, add, divide; 2 FLT_MIN)
       s = sum_j p_j:              |ds| <= sum_j |dp_j| + gamma_{n-1} s + n FLT_MIN
                                   (positive terms: no cancellation; FTZ of subnormal partial sums)
-      q_j = p_j / s:              |q'_j - q_j| <= (|dp_j| + q_j |ds|) / (s - |ds|)   while |ds| < s;
-                                  once |ds| >= s/2 (every p_j near or below FLT_MIN, where float32
+      q_j = p_j / s:              |q'_j - q_j| <= (|dp_j| + q_j |ds|) / (s - |ds|), used while
+                                  |ds| < s/2; beyond (every p_j near or below FLT_MIN, where float32
                                   sigmoid underflows or flushes) the float32 q_j can be anything in
                                   [0, 1]: allowed 2 |scale|
       w_j = q_j * route_scale * global_scale: the division (DIV_ULPS u), route_scale and a Python
