@@ -293,9 +293,11 @@ class GateSummary:
             if name == "tritonfuzz_tally":
                 self.summary(value["op"], value["implementation"]).merge_tally(value, passed=report.passed)
             elif name == "tritonfuzz_fixture":
-                self.fixtures.append(value)
-                self.summary(value["op"], value["implementation"]).new_fixtures.append(
-                    {"path": value["path"], "replay": value["replay"]})
+                entry = {"path": value["path"], "replay": value["replay"]}
+                fixtures = self.summary(value["op"], value["implementation"]).new_fixtures
+                if entry not in fixtures:  # the same minimized case can come from several tests
+                    fixtures.append(entry)
+                    self.fixtures.append(value)
             elif name == "tritonfuzz_static":
                 self.summary(value["op"], value["implementation"]).static_findings += value["findings"]
             elif name == "tritonfuzz_crash":

@@ -56,10 +56,12 @@ def minimized(failure: Failure, *, budget_s: float) -> Failure:
 
 
 def replay_command(path: Path, impl: Implementation | None, kernel_option: str | None, regressions_dir: str | None,
-                   *, op: str | None = None) -> str:
-    kernel = f" --kernel {op or impl.op}={kernel_option}" if kernel_option else ""
-    where = f" --regressions-dir {regressions_dir}" if regressions_dir else ""
-    return f"pytest{kernel}{where} tests/test_regressions.py -k {path.stem}"
+                   *, op: str | None = None, judge_exact: bool = False) -> str:
+    # OPTION=VALUE forms: a bare path after a conftest option would be taken for pytest's rootdir.
+    kernel = f" --kernel={op or impl.op}={kernel_option}" if kernel_option else ""
+    where = f" --regressions-dir={regressions_dir}" if regressions_dir else ""
+    exact = " --judge-exact" if judge_exact else ""
+    return f"pytest{kernel}{where}{exact} tests/test_regressions.py -k {path.stem}"
 
 
 def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None,
@@ -67,7 +69,7 @@ def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None,
     """Write the failure as a fixture; return its path and the command that replays it."""
     case = failure.case
     replay = replay_command(fixture_path(root, case), failure.implementation, kernel_option,
-                            str(root) if custom_root else None)
+                            str(root) if custom_root else None, judge_exact=failure.options.judge_exact)
     failing = failure.verdict.failures(judge_exact=failure.options.judge_exact)
     impl = failure.implementation
     meta = {
