@@ -113,9 +113,12 @@ def _hc_head_kernel(
         mixes = tl.sum(acc, axis=1)      # [HC_PAD]; float32 tree sum (order differs from torch)
         ss = tl.sum(sumsq, axis=0)
 
-        # approximate: tl.sqrt (sqrt.approx on NVIDIA) and the float32 division; 1/sqrt(0) = inf
-        # and 1/sqrt(inf) = 0 exactly as torch.rsqrt gives them.
-        r = 1.0 / tl.sqrt(ss / K + norm_eps)
+        # IEEE-rounded sqrt and division (sqrt.rn / div.rn), not tl.sqrt and `/`: the approximate
+        # PTX forms flush subnormals, so a subnormal norm_eps on an all-zero token gave
+        # 1/sqrt(0) = inf and then 0 * inf = NaN where torch.rsqrt gives a finite r (found by the
+        # fuzzer on an H200; fixture tests/regressions/hc_head/452474947cdcdced.json). Once per
+        # token, so the cost is nil. 1/sqrt(0) = inf and 1/sqrt(inf) = 0 as torch.rsqrt gives them.
+        r = tl.div_rn(1.0, tl.sqrt_rn(ss / K + norm_eps))
         z = mixes * r * hc_scale + hc_base  # same operation order as the reference
         # approximate: tl.exp (ex2.approx on NVIDIA); exp(+large) = inf gives sigmoid = 0.
         pre = 1.0 / (1.0 + tl.exp(-z)) + hc_eps
@@ -366,9 +369,12 @@ def _combine_kernel(
         mixes = tl.sum(dot_acc, axis=0)  # [HC_PAD]; float32 tree sums over the partials
         ss = tl.sum(ss_acc, axis=0)
 
-        # approximate: tl.sqrt (sqrt.approx on NVIDIA) and the float32 division; 1/sqrt(0) = inf
-        # and 1/sqrt(inf) = 0 exactly as torch.rsqrt gives them.
-        r = 1.0 / tl.sqrt(ss / K + norm_eps)
+        # IEEE-rounded sqrt and division (sqrt.rn / div.rn), not tl.sqrt and `/`: the approximate
+        # PTX forms flush subnormals, so a subnormal norm_eps on an all-zero token gave
+        # 1/sqrt(0) = inf and then 0 * inf = NaN where torch.rsqrt gives a finite r (found by the
+        # fuzzer on an H200; fixture tests/regressions/hc_head/452474947cdcdced.json). Once per
+        # token, so the cost is nil. 1/sqrt(0) = inf and 1/sqrt(inf) = 0 as torch.rsqrt gives them.
+        r = tl.div_rn(1.0, tl.sqrt_rn(ss / K + norm_eps))
         z = mixes * r * hc_scale + hc_base  # same operation order as the reference
         # approximate: tl.exp (ex2.approx on NVIDIA); exp(+large) = inf gives sigmoid = 0.
         pre = 1.0 / (1.0 + tl.exp(-z)) + hc_eps
