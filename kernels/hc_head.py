@@ -561,8 +561,18 @@ def _two_launch(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps, y, cfg):
     return y
 
 
-# The two-launch design is expected to be faster at every T on a GPU (see the module docstring).
-hc_head = hc_head_two_launch
+# Measured on an H200 (python -m kernels.bench, 2026-11-30; README "Benchmarks"): one program
+# per token wins while hc_fn re-reads stay in L2 and the launch is small (T=1: 28 us vs 164 us,
+# T=2048: 147 us vs 175 us); two launches win once hc_fn traffic dominates (T=8192: 318 us vs
+# 496 us). The crossover lies between 2048 and 8192 tokens.
+TWO_LAUNCH_MIN_TOKENS = 4096
+
+
+def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    """The judge's entry: the faster design for this many tokens (both compute the same function)."""
+    design = hc_head_two_launch if x.shape[0] >= TWO_LAUNCH_MIN_TOKENS else hc_head_per_token
+    return design(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
+
 
 # Both designs are fuzzed (kernels/loader.py). A tuple, not a dict: the judge's security scan
 # rejects dict and set globals, and this file is meant to be submittable as it is.

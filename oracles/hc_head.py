@@ -101,7 +101,10 @@ def accuracy_bound(o: Oracle64, x: torch.Tensor, hc_scale, hc_base, hc_eps, out_
     xd = x.detach().cpu().double().abs()
     scale = float(hc_scale.detach().cpu().double().reshape(()))
     base = hc_base.detach().cpu().double().abs()
-    rel_ms = gamma(K + 1) + 2 * U32
+    # Squares below FLT_MIN underflow (or flush to zero on a GPU): up to FLT_MIN absolute per
+    # term, K terms, divided by K: FLT_MIN absolute on ms, relative FLT_MIN / ms.
+    ms = o.r.pow(-2)[:, None]  # sum f^2 / K + norm_eps, float64, [T, 1]
+    rel_ms = gamma(K + 1) + 2 * U32 + FLT32_TINY / ms
     rel_r = rel_ms / 2 + RSQRT_ULPS * U32
     mixes = (o.dot * o.r[:, None]).abs()
     dm = o.r[:, None] * gamma(K + 2) * o.dot_abs + mixes * (rel_r + U32)
