@@ -39,7 +39,7 @@ ROOT = Path(__file__).parent
 # no deadlines anywhere, and the slow-data health check is off for the same reason. Function
 # fixtures are per-test state (the failure record), which is what the check guards against.
 _QUIET = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
-settings.register_profile("ci", derandomize=True, max_examples=12, deadline=None, database=None,
+settings.register_profile("ci", derandomize=True, max_examples=20, deadline=None, database=None,
                           print_blob=True, suppress_health_check=_QUIET)
 settings.register_profile("dev", max_examples=40, deadline=None, print_blob=True, suppress_health_check=_QUIET)
 settings.register_profile("gate", max_examples=400, deadline=None, print_blob=True, suppress_health_check=_QUIET)

@@ -11,7 +11,7 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.values import (FLOAT_DTYPES, Layout, apply_overrides, background, eps_values, hostile_sizes,
-                               layouts, magnitudes, place, seeds, sparse_overrides, special_values)
+                               layouts, magnitudes, place, seeds, sometimes, sparse_overrides, special_values)
 
 OP = "hc_head"
 
@@ -64,11 +64,13 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes
     features = {f"dtype={str(dtype).split('.')[-1]}"}
     x = background((T, h, H), seed=draw(seeds(), label="x_seed"), scale=draw(magnitudes(), label="x_scale"),
                    dtype=dtype)
-    if T and draw(st.booleans(), label="zero_tokens?"):
+    # Nasty features are drawn rarely (one case in three or four) behind switches the shrinker
+    # turns off: most cases stay finite and ordinary, which is where accuracy bugs show.
+    if T and draw(sometimes(4), label="zero_tokens?"):
         for t in draw(st.lists(st.integers(0, T - 1), min_size=1, max_size=2, unique=True), label="zero_tokens"):
             x[t] = 0
         features.add("zero_token")
-    if draw(st.booleans(), label="specials?"):
+    if draw(sometimes(3), label="specials?"):
         overrides = draw(sparse_overrides(x.numel(), special_values(dtype)), label="x_specials")
         x = apply_overrides(x, overrides)
         features |= {_special_feature(v) for _, v in overrides}
@@ -90,7 +92,7 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes
         x=x,
         hc_fn_seed=draw(seeds(), label="hc_fn_seed"),
         hc_fn_scale=draw(st.sampled_from((0.02, 1.0, 1e-3, 30.0)), label="hc_fn_scale"),
-        hc_scale=draw(st.sampled_from((1.5, 1.0, 0.0, -2.0, 100.0)), label="hc_scale"),
+        hc_scale=draw(st.sampled_from((1.5, 1.0, -2.0, 100.0, 0.0)), label="hc_scale"),
         hc_base_seed=draw(seeds(), label="hc_base_seed"),
         hc_base_scale=draw(st.sampled_from((0.1, 10.0)), label="hc_base_scale"),
         norm_eps=norm_eps, hc_eps=hc_eps, features=features)

@@ -55,6 +55,13 @@ def hostile_sizes(*, min_value: int = 1, max_value: int) -> st.SearchStrategy[in
     return st.one_of(st.sampled_from(listed), plain) if listed else plain
 
 
+def sometimes(n: int) -> st.SearchStrategy[bool]:
+    """True about once in n draws; shrinks to False (the nasty feature switched off)."""
+    if n < 1:
+        raise InvalidArgument(f"sometimes: n={n}; need n >= 1")
+    return st.sampled_from((False,) * (n - 1) + (True,))
+
+
 def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**32 - 1)
 

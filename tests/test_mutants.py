@@ -20,18 +20,7 @@ PROFILE = "ci"
 
 # Mutants the ci profile's examples do not reach: real gaps of the strategies, each with why.
 # Strict: once a strategy change catches one, the xfail turns into a failure to remove it here.
-CI_GAPS = {
-    "hc_head/launch_dependent_order.py":
-        "needs a float32 output, hc_mult >= 2, finite x and gates that depend on the mixes; ci's three "
-        "float32 multi-stream cases have hc_scale 0 (z = hc_base), a NaN, and hc_fn_scale 30 (every gate "
-        "saturates to exactly 0 or 1), so no summation order shows (not caught within dev's 40 either)",
-    "hc_head/eps_before_mean.py":
-        "needs a norm_eps that is not negligible against sum f^2 on a token with nonzero, finite x; ci's "
-        "large-eps cases are all-zero or overflowing tokens (caught within the dev profile's 40)",
-    "hc_head/square_before_upcast.py":
-        "needs float16 x above 256 with finite inputs and hc_scale != 0; ci's one such case has hc_scale 0, "
-        "which hides r (not caught within dev's 40 either)",
-}
+CI_GAPS: dict[str, str] = {}  # none: every mutant is caught within the ci profile's examples
 
 
 def mutant_params():
