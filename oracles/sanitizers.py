@@ -389,7 +389,7 @@ def synchronize(device) -> None:
 def run_kernel(fn, case: Case, device, *, sanitize: bool = True) -> KernelRun:
     """Call fn(**inputs) as the judge does (keyword arguments), on guarded copies of the case's
     inputs, inside a KernelScope when `sanitize`. The kernel's exception is kept, not raised."""
-    guarded = {name: guarded_copy(t, device, label=f"input {name}", guard=sanitize)
+    guarded = {name: guarded_copy(t, case.device_of(name, device), label=f"input {name}", guard=sanitize)
                for name, t in case.tensors().items()}
     args = {k: guarded[k].view if k in guarded else v for k, v in case.inputs.items()}
     run = KernelRun(guarded, sanitized=sanitize)

@@ -47,6 +47,9 @@ class Case:
     inputs: Mapping[str, Any]
     features: frozenset = field(default_factory=frozenset)
     label: str = ""
+    # Tensor inputs the caller keeps on the host whatever the device, as the judge's
+    # `torch.tensor(gs)` global_scale: a kernel must accept a CPU 0-dim tensor there.
+    host_inputs: frozenset = field(default_factory=frozenset)
 
     def __repr__(self) -> str:
         label = f" {self.label!r}" if self.label else ""
@@ -61,9 +64,14 @@ class Case:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.inputs.items() if isinstance(v, torch.Tensor)}
 
+    def device_of(self, name: str, device: str | torch.device) -> str | torch.device:
+        """Where input `name` goes when the case runs on `device` (host inputs stay on the CPU)."""
+        return "cpu" if name in self.host_inputs else device
+
     def to(self, device: str | torch.device) -> dict[str, Any]:
-        """Fresh copies of the inputs on `device`, each with the same strides and storage offset."""
-        return {k: copy_preserving_layout(v, device) if isinstance(v, torch.Tensor) else v
+        """Fresh copies of the inputs on `device` (host inputs on the CPU), each with the same
+        strides and storage offset."""
+        return {k: copy_preserving_layout(v, self.device_of(k, device)) if isinstance(v, torch.Tensor) else v
                 for k, v in self.inputs.items()}
 
     def summary(self) -> str:
@@ -81,8 +89,10 @@ class Case:
 
     def content_hash(self) -> str:
         """Identity of the case: op and exact inputs (not features or label)."""
-        payload = json.dumps({"op": self.op, "inputs": _inputs_to_json(self.inputs, preview=False)},
-                             sort_keys=True, separators=(",", ":"))
+        identity = {"op": self.op, "inputs": _inputs_to_json(self.inputs, preview=False)}
+        if self.host_inputs:  # only when set, so that older fixtures keep their names
+            identity["host_inputs"] = sorted(self.host_inputs)
+        payload = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -207,6 +217,7 @@ def case_to_json(case: Case) -> dict:
         "op": case.op,
         "label": case.label,
         "features": sorted(case.features),
+        "host_inputs": sorted(case.host_inputs),
         "inputs": _inputs_to_json(case.inputs, preview=True),
     }
 
@@ -227,4 +238,5 @@ def case_from_json(obj: Any, *, where: str = "case") -> Case:
         inputs={name: _input_from_json(name, value) for name, value in inputs.items()},
         features=frozenset(obj.get("features", ())),
         label=str(obj.get("label", "")),
+        host_inputs=frozenset(obj.get("host_inputs", ())),
     )

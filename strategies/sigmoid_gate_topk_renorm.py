@@ -42,7 +42,8 @@ BIAS_KINDS = (
 )
 ROUTE_SCALES = (1.0, 2.5, 1.5, 2.0, 0.5, 0.0, -1.0, 1e3)  # 2.5: DeepSeek-V3; 0 and -1 are legal floats
 GLOBAL_SCALES = (1.0, 0.8, 1.2, 0.5, 37.5, 1e-3)
-GLOBAL_SCALE_FORMS = ("0-dim", "[1]", "float")  # the judge passes torch.tensor(gs), a 0-dim tensor
+# The judge passes torch.tensor(gs): a 0-dim tensor on the host (CPU), whatever the logits' device.
+GLOBAL_SCALE_FORMS = ("0-dim on host", "0-dim", "[1]", "float")
 
 
 def make_bias(kind: str, n: int, *, seed: int) -> torch.Tensor:
@@ -59,7 +60,7 @@ def make_bias(kind: str, n: int, *, seed: int) -> torch.Tensor:
 
 
 def make_global_scale(form: str, value: float):
-    if form == "0-dim":
+    if form in ("0-dim", "0-dim on host"):
         return torch.tensor(value, dtype=torch.float32)
     if form == "[1]":
         return torch.tensor([value], dtype=torch.float32)
@@ -67,7 +68,7 @@ def make_global_scale(form: str, value: float):
 
 
 def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_scale=None, features=(),
-               label="") -> Case:
+               label="", global_scale_on_host=False) -> Case:
     return Case(OP, {
         "logits": logits,
         "k": int(k),
@@ -75,7 +76,7 @@ def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_sca
         "route_scale": float(route_scale),
         "global_scale": torch.tensor(1.0) if global_scale is None else global_scale,
         "bias": bias,
-    }, frozenset(features), label)
+    }, frozenset(features), label, frozenset({"global_scale"}) if global_scale_on_host else frozenset())
 
 
 def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_experts: int = 260,
@@ -155,7 +156,7 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, max_experts, m
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")
     return build_case(logits=place(logits, layout), k=k, n_shared_experts=S, bias=bias, route_scale=route_scale,
-                      global_scale=global_scale, features=features)
+                      global_scale=global_scale, features=features, global_scale_on_host=form == "0-dim on host")
 
 
 def _sel32(logits: torch.Tensor, bias: torch.Tensor, row: int) -> torch.Tensor:
@@ -263,7 +264,8 @@ def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
         bias = 0.1 * torch.randn(N, generator=gen, device=device)
         cases.append(build_case(logits=logits.cpu(), k=k, n_shared_experts=S, bias=bias.cpu(), route_scale=route_scale,
                                 global_scale=torch.tensor(gs), features={"judge"},
-                                label=f"judge T={T} N={N} S={S} k={k}"))
+                                label=f"judge T={T} N={N} S={S} k={k}",
+                                global_scale_on_host=True))  # torch.tensor(gs): a CPU tensor
     return cases
 
 

@@ -74,7 +74,8 @@ def test_sgtr_feature_is_reachable(condition):
 @sgtr
 @pytest.mark.parametrize("feature", ["ties", "boundary_tie", "near_tie", "bias_tie", "all_equal", "nan", "inf",
                                      "huge", "k=1", "k=N", "S=0", "S>k", "tail", "layout=padded",
-                                     "global_scale=[1]", "global_scale=0-dim", "global_scale=float",
+                                     "global_scale=[1]", "global_scale=0-dim", "global_scale=0-dim on host",
+                                     "global_scale=float",
                                      "bias=large_negative"])
 def test_sgtr_feature_label_is_reachable(feature):
     reach(SGTR, lambda c: feature in c.features)
