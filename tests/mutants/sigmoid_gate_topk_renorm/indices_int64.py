@@ -246,10 +246,13 @@ def _validate(logits, k, n_shared_experts, route_scale, global_scale, bias):
         if global_scale.numel() != 1 or not global_scale.is_floating_point():
             raise ValueError(f"global_scale: expected a one-element float tensor ([1] or 0-dim), "
                              f"got shape {list(global_scale.shape)} dtype {global_scale.dtype}")
-        if global_scale.device != logits.device:
-            raise ValueError(f"global_scale: expected the device of logits ({logits.device}), "
-                             f"got {global_scale.device}")
-        gs = (global_scale, 1.0)
+        if global_scale.device == logits.device:
+            gs = (global_scale, 1.0)
+        else:
+            # A 0-dim CPU tensor with GPU logits is what `torch.tensor(gs)` gives, and the
+            # reference accepts it (a 0-dim CPU tensor is a scalar to torch): read its value on
+            # the host (a CPU read, no device sync) and pass it as a float.
+            gs = (None, float(global_scale))
     elif isinstance(global_scale, numbers.Real) and not isinstance(global_scale, bool):
         gs = (None, float(global_scale))
     else:
