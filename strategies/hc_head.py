@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
+from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, Layout, apply_overrides, background, eps_values, hostile_sizes,
                                layouts, magnitudes, place, seeds, sometimes, sparse_overrides, special_values)
 
@@ -132,7 +133,7 @@ def smaller_cases(case: Case):
     W = case.inputs["hc_fn"]
     if not (x.is_contiguous() and x.storage_offset() == 0):
         yield case.with_inputs(x=x.contiguous())
-    for keep in _token_subsets(T):
+    for keep in row_subsets(T):
         yield case.with_inputs(x=x[keep].contiguous())
     for streams in _stream_subsets(h):
         cols = torch.cat([torch.arange(s * H, (s + 1) * H) for s in streams])
@@ -141,14 +142,6 @@ def smaller_cases(case: Case):
     for new_H in sorted({1, H // 2, H - 1} - {0, H}):
         cols = torch.cat([torch.arange(s * H, s * H + new_H) for s in range(h)])
         yield case.with_inputs(x=x[:, :, :new_H].contiguous(), hc_fn=W[:, cols].contiguous())
-
-
-def _token_subsets(T):
-    if T > 1:
-        yield slice(0, T // 2)
-        yield slice(T // 2, T)
-        for t in range(T):
-            yield [i for i in range(T) if i != t]
 
 
 def _stream_subsets(h):

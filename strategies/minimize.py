@@ -27,6 +27,16 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], *,
     return case
 
 
+def row_subsets(n: int):
+    """Index sets that drop rows (tokens) of an n-row tensor: each half, then each single row.
+    Shared by the ops' smaller_cases moves."""
+    if n > 1:
+        yield slice(0, n // 2)
+        yield slice(n // 2, n)
+        for t in range(n):
+            yield [i for i in range(n) if i != t]
+
+
 def _structural(case, still_fails, smaller_cases, deadline):
     improved = True
     while improved and time.monotonic() < deadline:

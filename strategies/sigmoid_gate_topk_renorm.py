@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
+from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, apply_overrides, background, hostile_sizes, layouts, magnitudes,
                                place, seeds, sparse_overrides, special_values)
 
@@ -287,7 +288,7 @@ def smaller_cases(case: Case):
     N = E - S
     if not (logits.is_contiguous() and logits.storage_offset() == 0):
         yield case.with_inputs(logits=logits.contiguous())
-    for keep in _token_subsets(T):
+    for keep in row_subsets(T):
         yield case.with_inputs(logits=logits[keep].contiguous())
     if S:
         yield case.with_inputs(logits=logits[:, :N].contiguous(), n_shared_experts=0)
@@ -298,14 +299,6 @@ def smaller_cases(case: Case):
                                k=min(k, len(lanes)))
     for smaller_k in sorted({1, k - 1} - {0, k}):
         yield case.with_inputs(k=smaller_k)
-
-
-def _token_subsets(T):
-    if T > 1:
-        yield slice(0, T // 2)
-        yield slice(T // 2, T)
-        for t in range(T):
-            yield [i for i in range(T) if i != t]
 
 
 def _lane_subsets(N):
