@@ -70,8 +70,10 @@ def oracle64(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps) -> Oracle64:
 def max_sigmoid_slope(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
     """max of sigmoid'(t) over |t - z| <= dz: sigmoid' peaks at 0 and falls off symmetrically."""
     nearest = (z.abs() - dz).clamp_min(0)
-    s = torch.sigmoid(nearest)
-    return s * (1 - s)
+    # sigmoid(t) * sigmoid(-t), not s * (1 - s): 1 - sigmoid(45) is 0 in float64, which once
+    # made the bound 0 where a correct kernel's exp error shows (found by the gate, fixture
+    # tests/regressions/hc_head/2983950b89fa303d.json).
+    return torch.sigmoid(nearest) * torch.sigmoid(-nearest)
 
 
 def accuracy_bound(o: Oracle64, x: torch.Tensor, hc_scale, hc_base, hc_eps, out_dtype) -> torch.Tensor:
