@@ -110,7 +110,7 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
     lines.append(f"  judge on its official cases: {'FAIL' if j['failed'] else 'PASS'} "
                  f"({j['passed']} passed, {j['failed']} failed, {j['skipped']} skipped)")
     if s.risks:
-        lines.append(f"  judge risks ({len(s.risks)}): the judge compares exact indices; these rows are ties:")
+        lines.append(f"  judge risks ({len(s.risks)}): correct, but the judge may still reject these inputs:")
         lines += [f"    - {r}" for r in s.risks]
     errors = sum(f["severity"] == "error" for f in s.static_findings)
     lines.append(f"  static findings: {errors} error(s), {len(s.static_findings) - errors} other")
