@@ -178,7 +178,7 @@ def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Te
                 torch.testing.assert_close(out.detach().float().cpu(), ref.detach().float().cpu(),
                                            atol=atol, rtol=rtol, equal_nan=False)
             except AssertionError as e:
-                text = f"{name} (atol={atol}, rtol={rtol}): " + " ".join(str(e).split())
+                text = f"{name} (atol {atol}, rtol {rtol}): " + " ".join(str(e).split())
                 explained = rounding_allowed is not None and name in rounding_allowed and \
                     _within_rounding(out, ref, rounding_allowed[name], atol, rtol)
                 (risks if explained else problems).append(text)
