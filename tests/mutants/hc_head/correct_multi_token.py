@@ -83,8 +83,9 @@ def _hc_head_tokens_kernel(
         mixes = tl.sum(acc, axis=2)   # [TOKENS, HC_PAD]; float32 tree sums
         ss = tl.sum(sumsq, axis=1)    # [TOKENS]
 
-        # approximate: tl.sqrt and the float32 division; 1/sqrt(0) = inf, 1/sqrt(inf) = 0.
-        r = 1.0 / tl.sqrt(ss / K + norm_eps)
+        # IEEE sqrt and division (sqrt.rn / div.rn): the approximate forms flush a subnormal
+        # norm_eps, so an all-zero token would give 1/sqrt(0) = inf and 0 * inf = NaN on a GPU.
+        r = tl.div_rn(1.0, tl.sqrt_rn(ss / K + norm_eps))
         z = mixes * r[:, None] * hc_scale + hc_base[None, :]  # same operation order as the reference
         # approximate: tl.exp; exp(+large) = inf gives sigmoid = 0.
         pre = 1.0 / (1.0 + tl.exp(-z)) + hc_eps  # [TOKENS, HC_PAD]

@@ -73,9 +73,9 @@ def _hc_head_row_kernel(
             mix_i = tl.sum(tl.sum(w * xs, axis=1), axis=0)
             mixes = tl.where(offs_j == i, mix_i, mixes)
 
-        # approximate: tl.sqrt and the float32 division; 1/sqrt(0) = inf and 1/sqrt(inf) = 0
-        # exactly as torch.rsqrt gives them.
-        r = 1.0 / tl.sqrt(ss / K + norm_eps)
+        # IEEE sqrt and division (sqrt.rn / div.rn): the approximate forms flush a subnormal
+        # norm_eps, so an all-zero token would give 1/sqrt(0) = inf and 0 * inf = NaN on a GPU.
+        r = tl.div_rn(1.0, tl.sqrt_rn(ss / K + norm_eps))
         z = mixes * r * hc_scale + hc_base  # same operation order as the reference
         # approximate: tl.exp; exp(+large) = inf gives sigmoid = 0.
         pre = 1.0 / (1.0 + tl.exp(-z)) + hc_eps

@@ -83,9 +83,9 @@ def _hc_head_kernel(
         mixes = tl.sum(acc, axis=1)      # [HC_PAD]; float32 tree sum (order differs from torch)
         ss = tl.sum(sumsq, axis=0)
 
-        # approximate: tl.rsqrt (rsqrt.approx on NVIDIA); rsqrt(0) = inf and rsqrt(inf) = 0
-        # exactly as torch.rsqrt gives them.
-        r = tl.rsqrt(ss / K + norm_eps)
+        # IEEE sqrt and division (sqrt.rn / div.rn): the approximate forms flush a subnormal
+        # norm_eps, so an all-zero token would give 1/sqrt(0) = inf and 0 * inf = NaN on a GPU.
+        r = tl.div_rn(1.0, tl.sqrt_rn(ss / K + norm_eps))
         z = mixes * r * hc_scale + hc_base  # same operation order as the reference
         # approximate: tl.sigmoid (1 / (1 + exp(-z)) with ex2.approx on NVIDIA); sigmoid(-large) = 0.
         pre = tl.sigmoid(z) + hc_eps
