@@ -50,6 +50,17 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _TARGET_PROGRAMS = 1024
 
 
+# Host arithmetic for the launch configuration. Not triton.cdiv / triton.next_power_of_2: they are
+# constexpr functions (usable inside kernels too) and a host call to one costs about 1.5 us
+# (4.5 us on the H200 machine's host CPU), which added up to a large share of a small call.
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _next_pow2(n):
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 # ---------------------------------------------------------------------------------------------
 # Design 1: one program per token
 
@@ -452,8 +463,8 @@ def hc_head_per_token(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
     # bounds large T. Measured on an H200 (T = 8192, hc_mult = 4, hidden = 7168, bf16): tiles of
     # 4096 / 4 warps 623 us, 8192 / 4 warps 496 us, 8192 / 8 warps 434 us; 8 warps not taken since
     # some backends assert on num_warps > 4. num_stages=1: portable, and 2 or 3 measured no faster.
-    HC_PAD = triton.next_power_of_2(hc_mult)
-    BLOCK_D = max(16, min(triton.next_power_of_2(hidden), 8192 // HC_PAD))
+    HC_PAD = _next_pow2(hc_mult)
+    BLOCK_D = max(16, min(_next_pow2(hidden), 8192 // HC_PAD))
     grid = (min(T, _MAX_PROGRAMS),)
     _hc_head_kernel[grid](
         x, x.stride(0), x.stride(1), x.stride(2),
@@ -489,26 +500,26 @@ def two_launch_config(T, hc_mult, hidden, *, sub=None, target_programs=_TARGET_P
     Launch 2: one token and BLOCK_D2 columns a program, 1024 columns (8 KB of bf16 x over the 4
     streams) once T gives enough programs, narrower below (T = 1: 56 programs of 128 columns).
     """
-    HC_PAD = triton.next_power_of_2(hc_mult)
+    HC_PAD = _next_pow2(hc_mult)
     ROWS = 4  # = num_warps of launch 1: one token row a warp
-    n_groups = triton.cdiv(hc_mult, 4)  # launch 1 handles hc_fn rows 4 at a time
+    n_groups = _cdiv(hc_mult, 4)  # launch 1 handles hc_fn rows 4 at a time
     SUB = sub or (1 if T <= ROWS else 4)  # 2 is legal too (kernels/bench.py sweeps it)
-    BLOCK_D = min(128, triton.next_power_of_2(hidden))
+    BLOCK_D = min(128, _next_pow2(hidden))
     VEC = min(4, BLOCK_D)
-    n_tblocks = triton.cdiv(T, SUB * ROWS)
-    splits_wanted = triton.cdiv(target_programs, n_tblocks * hc_mult * n_groups)
-    chunk_d = triton.cdiv(triton.cdiv(hidden, splits_wanted), BLOCK_D) * BLOCK_D
-    n_chunks = triton.cdiv(hidden, chunk_d)
+    n_tblocks = _cdiv(T, SUB * ROWS)
+    splits_wanted = _cdiv(target_programs, n_tblocks * hc_mult * n_groups)
+    chunk_d = _cdiv(_cdiv(hidden, splits_wanted), BLOCK_D) * BLOCK_D
+    n_chunks = _cdiv(hidden, chunk_d)
     n_parts = hc_mult * n_chunks  # partial slots per token
     # Launch 2's partials tile [PART_BLOCK, HC_PAD] holds at most 4096 float32.
-    PART_BLOCK = min(triton.next_power_of_2(n_parts), max(1, 4096 // HC_PAD))
-    BLOCK_D2 = min(triton.next_power_of_2(hidden), max(16, 4096 // HC_PAD),
-                   max(128, triton.next_power_of_2(triton.cdiv(T * hidden, 256))))
+    PART_BLOCK = min(_next_pow2(n_parts), max(1, 4096 // HC_PAD))
+    BLOCK_D2 = min(_next_pow2(hidden), max(16, 4096 // HC_PAD),
+                   max(128, _next_pow2(_cdiv(T * hidden, 256))))
     return dict(HC_PAD=HC_PAD, ROWS=ROWS, SUB=SUB, BLOCK_D=BLOCK_D, VEC=VEC,
                 n_groups=n_groups, chunk_d=chunk_d, n_chunks=n_chunks, n_parts=n_parts,
                 PART_BLOCK=PART_BLOCK, BLOCK_D2=BLOCK_D2,
                 n_work1=n_tblocks * hc_mult * n_chunks * n_groups,
-                n_work2=T * triton.cdiv(hidden, BLOCK_D2))
+                n_work2=T * _cdiv(hidden, BLOCK_D2))
 
 
 def hc_head_two_launch(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
@@ -552,7 +563,7 @@ def _two_launch(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps, y, cfg):
         hc_scale,
         hc_base, hc_base.stride(0),
         y, y.stride(0), y.stride(1),
-        T, hc_mult, hidden, n_parts, triton.cdiv(hidden, cfg["BLOCK_D2"]), cfg["n_work2"],
+        T, hc_mult, hidden, n_parts, _cdiv(hidden, cfg["BLOCK_D2"]), cfg["n_work2"],
         float(norm_eps), float(hc_eps),
         HC_PAD=HC_PAD, PART_BLOCK=cfg["PART_BLOCK"], BLOCK_D=cfg["BLOCK_D2"],
         STREAM_OFFSETS_INT64=(hc_mult - 1) * x.stride(1) + (hidden - 1) * x.stride(2) >= _INT32_LIMIT,
