@@ -68,6 +68,7 @@ RULES = (
     ("torch-unlisted", WARNING, "a torch function on the entry path that is on neither list"),
     ("entry-missing", WARNING, "no entry function, so torch-compute could not be checked"),
     ("mutable-global", ERROR, "a dict/set global or a functools cache (warning: a list global, `global`)"),
+    ("jit-global", ERROR, "a @triton.jit function reads a plain-value module global (not tl.constexpr(...))"),
     ("dynamic-code", ERROR, "eval/exec/compile/__import__, importlib, subprocess, ctypes, file writes"),
     ("monkeypatch", ERROR, "assigning attributes of imported modules, os.environ, sys.modules, sys.path"),
     ("zip-layout", ERROR, "a submission .zip without <op>.py (warning: other members)"),
@@ -297,6 +298,7 @@ def scan_source(source: str, *, path: str, entry: str) -> list[Finding]:
             *_device_branch_findings(module),
             *_torch_compute_findings(module, entry),
             *_mutable_global_findings(module),
+            *_jit_global_findings(module),
             *_dynamic_code_findings(module),
             *_monkeypatch_findings(module),
             *_portability_findings(module),
@@ -862,6 +864,51 @@ def _container_kind(value: ast.expr, names: _Names) -> str | None:
     if isinstance(value.func, ast.Call) and names.callee(value.func.func) in CACHE_DECORATORS:  # lru_cache(8)(f)
         return "cache"
     return None
+
+
+# --- jit-global ------------------------------------------------------------------------------------
+
+
+def _jit_global_findings(module: _Module) -> Iterator[Finding]:
+    """A kernel body that reads a module global bound only to a plain Python value (a number,
+    string, None, or a tuple or arithmetic of them). Compiled Triton raises NameError for it at
+    the first launch -- only tl.constexpr(...) globals, modules, jit functions and triton.language
+    values may be read -- while the CPU interpreter (Triton 3.9) reads it like Python, so CPU
+    fuzzing passes a kernel that fails every GPU call. Found this way: a bundled correct variant
+    (tests/mutants/sigmoid_gate_topk_renorm/correct_argmax_topk.py) passed on the CPU and raised
+    NameError on an H200. Globals bound to anything else (calls, attributes, names) are not
+    judged: tl.constexpr(42) and tl.float32 are legal."""
+    for kernel in module.kernels.values():
+        local = {a.arg for a in (*kernel.args.posonlyargs, *kernel.args.args, *kernel.args.kwonlyargs)}
+        local |= {a.arg for a in (kernel.args.vararg, kernel.args.kwarg) if a is not None}
+        body = [node for stmt in kernel.body for node in ast.walk(stmt)]
+        local |= {n.id for n in body if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        local |= {n.name for n in body if isinstance(n, _DEFINITIONS)}
+        reported: set[str] = set()
+        for node in body:
+            if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local
+                    and node.id not in reported and node.id not in module.definitions
+                    and module.assignments.get(node.id)
+                    and all(_plain_value(v) for v in module.assignments[node.id])):
+                reported.add(node.id)
+                yield module.at(node, ERROR, "jit-global", (
+                    f"`{node.id}` is a plain module global read inside @triton.jit `{kernel.name}`: compiled "
+                    f"Triton raises NameError at the first launch (the CPU interpreter accepts it); bind it as "
+                    f"`{node.id} = tl.constexpr(...)` or pass it as an argument"
+                ))
+
+
+def _plain_value(value: ast.expr) -> bool:
+    """A literal Python value: constants, and tuples, unary and binary operations of them."""
+    if isinstance(value, ast.Constant):
+        return True
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return all(_plain_value(v) for v in value.elts)
+    if isinstance(value, ast.UnaryOp):
+        return _plain_value(value.operand)
+    if isinstance(value, ast.BinOp):
+        return _plain_value(value.left) and _plain_value(value.right)
+    return False
 
 
 # --- dynamic-code ----------------------------------------------------------------------------------

@@ -347,6 +347,53 @@ MUTABLE_CASES = [
         """), id="functools-caches"),
 ]
 
+JIT_GLOBAL_CASES = [
+    pytest.param(snippet("""
+        import triton
+        import triton.language as tl
+
+        _TAKEN = -2147483647
+        _SHAPE = (4, 8)
+        _BLOCK = tl.constexpr(128)
+        _FLOAT = tl.float32
+
+        @triton.jit
+        def _kernel(x_ptr, n):
+            offs = tl.arange(0, _BLOCK)
+            v = tl.load(x_ptr + offs, mask=offs < n, other=0).to(_FLOAT)
+            v = tl.where(v > 0, v, _TAKEN)  # <- error jit-global
+            tl.store(x_ptr + offs, v + _TAKEN, mask=offs < n)
+            tl.store(x_ptr + offs, v * _SHAPE[0], mask=offs < n)  # <- error jit-global
+
+        def op(x):
+            _kernel[(1,)](x, x.numel() + _TAKEN + _SHAPE[1])
+            return x
+        """), id="plain-globals-in-a-kernel"),
+    pytest.param(snippet("""
+        import triton
+        import triton.language as tl
+
+        LIMIT = 2**31
+        SCALE = 0.5
+
+        @triton.jit
+        def _helper(v):
+            return v * 2
+
+        @triton.jit
+        def _kernel(x_ptr, SCALE, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            LIMIT = 3
+            for i in range(LIMIT):
+                tl.store(x_ptr + offs, _helper(tl.load(x_ptr + offs)) * SCALE)
+
+        def op(x):
+            assert x.numel() < LIMIT
+            _kernel[(1,)](x, SCALE, BLOCK=16)
+            return x
+        """), id="shadowed-globals-and-host-only-globals-are-fine"),
+]
+
 DYNAMIC_CASES = [
     pytest.param(snippet("""
         import importlib  # <- error dynamic-code
@@ -493,7 +540,7 @@ PORTABILITY_CASES = [
 
 
 @pytest.mark.parametrize(
-    "source", TRY_CASES + DEVICE_CASES + TORCH_CASES + MUTABLE_CASES + DYNAMIC_CASES + MONKEYPATCH_CASES + PORTABILITY_CASES
+    "source", TRY_CASES + DEVICE_CASES + TORCH_CASES + MUTABLE_CASES + JIT_GLOBAL_CASES + DYNAMIC_CASES + MONKEYPATCH_CASES + PORTABILITY_CASES
 )
 def test_snippet_findings_are_exactly_its_marks(source):
     findings = assert_marked(source)

@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 _MAX_PROGRAMS = 65535
-_TAKEN = -2147483647  # INT32_MIN + 1: below every score's key
+_TAKEN = tl.constexpr(-2147483647)  # INT32_MIN + 1: below every score's key; a jit function may read only constexpr globals
 
 
 @triton.jit
