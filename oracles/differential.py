@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from oracles.gpu_compile import GPU_COMPILE, gpu_compile_check
 from oracles.registry import get_op
 from oracles.sanitizers import (SANITIZER_CHECKS, determinism_check, inputs_unchanged_check, launch_check,
                                 poison_check, red_zone_check, run_kernel)
@@ -72,6 +73,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
     reference = dict(zip(names, call_kernel(oracle.reference, case.to(options.device))))
     if options.sanitize:
         verdict.add(launch_check(run, outputs))
+        if run.launch_specs:  # interpreted launches: would a GPU compile them? (oracles/gpu_compile.py)
+            verdict.add(gpu_compile_check(run.launch_specs))
         verdict.add(red_zone_check(run, outputs, reference))
         verdict.add(poison_check(run, outputs, reference))
     verdict.add(inputs_unchanged_check(run, case))
@@ -96,9 +99,9 @@ def mark_untrusted(case: Case, verdict: Verdict, options: RunOptions) -> Verdict
         return verdict
     advice = ("bf16 case under the CPU interpreter, whose bf16 arithmetic is not exact here: "
               "run on a GPU to trust this result")
-    # The sanitizers' findings (memory, launches, bits between two runs) do not depend on
-    # arithmetic: they stay failures.
+    # The sanitizers' findings (memory, launches, bits between two runs) and the compiler's do
+    # not depend on arithmetic: they stay failures.
     verdict.checks = [Check(c.name, UNTRUSTED, f"{c.message} ({advice})")
-                      if c.status == FAIL and c.name not in SANITIZER_CHECKS else c
+                      if c.status == FAIL and c.name not in (*SANITIZER_CHECKS, GPU_COMPILE) else c
                       for c in verdict.checks]
     return verdict

@@ -268,6 +268,7 @@ class KernelScope:
 
     def __init__(self):
         self.launches: list[str] = []
+        self.launch_specs: list = []  # interpreted launches, for the gpu-compile check (oracles/gpu_compile.py)
         self.allocations: list[Allocation] = []
         self.paused = 0
         self._stack: contextlib.ExitStack | None = None
@@ -309,6 +310,10 @@ class KernelScope:
         def wrapper(this, *args, **kwargs):
             if count:
                 scope._launched(getattr(getattr(this, "fn", None), "__name__", "kernel"))
+                if hasattr(this, "arg_names") and hasattr(this, "constexprs"):  # an interpreter GridExecutor
+                    from oracles.gpu_compile import launch_spec
+                    with scope._paused():
+                        scope.launch_specs.append(launch_spec(this.fn, this.arg_names, this.constexprs, args, kwargs))
             with scope._paused():
                 return original(this, *args, **kwargs)
 
@@ -378,6 +383,7 @@ class KernelRun:
     error: BaseException | None = None
     sanitized: bool = True
     launches: list[str] = field(default_factory=list)
+    launch_specs: list = field(default_factory=list)
     allocations: list[Allocation] = field(default_factory=list)
 
 
@@ -406,7 +412,7 @@ def run_kernel(fn, case: Case, device, *, sanitize: bool = True) -> KernelRun:
             raise
         run.error = e
     if scope is not None:
-        run.launches, run.allocations = scope.launches, scope.allocations
+        run.launches, run.allocations, run.launch_specs = scope.launches, scope.allocations, scope.launch_specs
     return run
 
 

@@ -19,7 +19,8 @@ import triton.language as tl
 
 from kernels.hc_head import _hc_head_kernel, hc_head
 from kernels.loader import bundled_implementations, load_module_implementation
-from oracles.differential import RunOptions, run_case
+from oracles.differential import RunOptions, interpreter_active, run_case
+from oracles.gpu_compile import GPU_COMPILE, gpu_compile_check
 from oracles.sanitizers import (SANITIZER_CHECKS, KernelScope, guarded_empty, launch_check, poison_pattern,
                                 red_zone_check, run_kernel, sentinel_pattern)
 from oracles.verdict import FAIL, PASS
@@ -137,6 +138,10 @@ def test_bundled_kernels_are_clean_under_every_sanitizer(implementation, case, r
     for name in SANITIZER_CHECKS:
         check = verdict.check(name)
         assert check is not None and check.status == PASS, f"{name}: {check}\n{verdict.render()}"
+    launched = not verdict.check("launch").message.startswith("nothing launched")
+    if interpreter_active() and launched:  # every specialization the interpreter ran compiles for a GPU too
+        check = verdict.check(GPU_COMPILE)
+        assert check is not None and check.status == PASS, f"{check}\n{verdict.render()}"
 
 
 @pytest.mark.hc_head
@@ -266,3 +271,55 @@ def test_sentinels_and_poison_are_distinctive():
     assert f64.to(torch.float32).view(torch.uint8).numpy().tobytes() == sentinel_pattern(torch.float32)
     assert value(torch.int32, poison_pattern(torch.int32)).item() == 2**31 - 1
     assert value(torch.int32, sentinel_pattern(torch.int32)).item() not in (0, 1, -1, 2**31 - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# gpu-compile: what the interpreter runs as Python but Triton's compiler rejects
+
+
+_PLAIN_SCALE = 3  # a plain module global: the interpreter reads it, compiled Triton raises NameError
+_CONSTEXPR_SCALE = tl.constexpr(3)
+
+
+def _plain_double(v):
+    return v * 2
+
+
+@triton.jit
+def _scale_by_plain_global(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * _PLAIN_SCALE, mask=offs < n)
+
+
+@triton.jit
+def _double_by_plain_function(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, _plain_double(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+@triton.jit
+def _scale_by_constexpr_global(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * _CONSTEXPR_SCALE, mask=offs < n)
+
+
+@pytest.mark.parametrize("kernel,rejected", [
+    pytest.param(_scale_by_plain_global, "Cannot access global variable _PLAIN_SCALE", id="plain-global"),
+    pytest.param(_double_by_plain_function, "Unsupported function", id="plain-function"),
+    pytest.param(_scale_by_constexpr_global, None, id="constexpr-global"),
+])
+def test_gpu_compile_fails_what_only_the_interpreter_runs(kernel, rejected):
+    """The interpreter runs all three kernels correctly; the check compiles what each launch
+    used for sm_90 and fails exactly the two that a GPU cannot compile, with the compiler's
+    reason."""
+    if not interpreter_active():
+        pytest.skip("on a GPU every launch compiles for real")
+    x = torch.arange(8, dtype=torch.float32)
+    with KernelScope() as scope:
+        kernel[(1,)](x, 5, BLOCK=8)
+    assert x[:5].tolist() == [0.0, 3.0, 6.0, 9.0, 12.0] or x[:5].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    check = gpu_compile_check(scope.launch_specs)
+    if rejected is None:
+        assert check.status == PASS, check
+    else:
+        assert check.status == FAIL and rejected in check.message, check

@@ -1,0 +1,254 @@
+"""Compile for a GPU what ran in the CPU interpreter: the `gpu-compile` check.
+
+Under TRITON_INTERPRET=1 a kernel runs as Python, so code that Triton's compiler rejects passes
+every CPU case and fails every GPU call: a plain module global read inside a kernel (NameError;
+the suite's own correct variant correct_argmax_topk.py did this and failed on an H200), a plain
+Python function called from one ("Unsupported function referenced"), an operation the code
+generator refuses. Triton compiles to a cubin without a GPU (its wheel carries ptxas), so each
+interpreted launch is recorded as a `LaunchSpec` -- the kernel's file and name, its argument
+types, constexpr values and num_warps / num_stages, as Triton's launcher would specialize them --
+and every new spec is compiled for sm_90 (H100/H200) by a worker process that imports the kernel's
+file without the interpreter. Results are cached per spec, so a property test pays for each
+specialization once (~0.5 s), and shrinking pays nothing.
+
+A spec that cannot be built (a kernel defined inside a function, an argument of a type Triton
+would not accept either) or a file the worker cannot import on its own is reported as `skip`,
+never as a failure: the check fails only when Triton's compiler rejects what the kernel launched.
+On a GPU every launch compiles for real, so the check does not run there.
+
+    python -m oracles.gpu_compile --worker      # the worker: JSON specs in, JSON results out, a line each
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+TARGET = ("cuda", 90, 32)  # sm_90 (H100, H200), 32-thread warps
+TARGET_LABEL = "sm_90"
+GPU_COMPILE = "gpu-compile"  # the check's name
+ROOT = Path(__file__).resolve().parent.parent
+
+_POINTER_TYPES = {  # torch dtype name -> Triton pointer type
+    "float32": "*fp32", "float16": "*fp16", "bfloat16": "*bf16", "float64": "*fp64",
+    "int64": "*i64", "int32": "*i32", "int16": "*i16", "int8": "*i8", "uint8": "*u8", "bool": "*i1",
+    "float8_e4m3fn": "*fp8e4nv", "float8_e5m2": "*fp8e5",
+}
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One specialization of a kernel, as a launch on a GPU would compile it."""
+    path: str
+    name: str
+    signature: tuple[tuple[str, str], ...]  # (parameter, Triton type or "constexpr")
+    constexprs: tuple[tuple[str, Any], ...]  # (parameter, JSON value; dtypes as {"dtype": name})
+    options: tuple[tuple[str, int], ...]  # num_warps, num_stages when the launch gave them
+
+    def label(self) -> str:
+        constants = ", ".join(f"{k}={_show(v)}" for k, v in self.constexprs)
+        return f"{self.name}[{constants}]" if constants else self.name
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    status: str  # "ok", "fail" (the compiler rejected it), "skip" (could not be checked)
+    message: str = ""
+
+
+def _show(value: Any) -> str:
+    return value["dtype"] if isinstance(value, dict) and "dtype" in value else repr(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording launches (in the interpreted process)
+
+
+def launch_spec(fn, arg_names, constexpr_names, args: tuple, kwargs: dict) -> LaunchSpec | str:
+    """The spec of one interpreted launch (GridExecutor's fn, arg_names and constexprs, and the
+    arguments it was called with), or why none can be built."""
+    import inspect
+
+    import torch
+    path = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    if not path or not os.path.isfile(path):
+        return f"{getattr(fn, '__name__', 'kernel')}: no source file to import"
+    if "<locals>" in getattr(fn, "__qualname__", ""):
+        return f"{fn.__name__}: defined inside a function, so the worker cannot import it by name"
+    bound = dict(zip(arg_names, args))
+    bound.update({k: v for k, v in kwargs.items() if k in arg_names})
+    for name, parameter in inspect.signature(fn).parameters.items():
+        if name not in bound and parameter.default is not inspect.Parameter.empty:
+            bound[name] = parameter.default
+    signature, constexprs = [], []
+    for name in arg_names:
+        if name not in bound:
+            return f"{fn.__name__}: argument {name} was not passed"
+        value = bound[name]
+        if name in constexpr_names or value is None:
+            encoded = _constexpr_json(value)
+            if isinstance(encoded, str) and encoded.startswith("unsupported"):
+                return f"{fn.__name__}: constexpr {name} = {value!r} ({encoded})"
+            signature.append((name, "constexpr"))
+            constexprs.append((name, encoded))
+        elif isinstance(value, torch.Tensor):
+            kind = _POINTER_TYPES.get(str(value.dtype).removeprefix("torch."))
+            if kind is None:
+                return f"{fn.__name__}: argument {name} has dtype {value.dtype}"
+            signature.append((name, kind))
+        elif isinstance(value, bool):
+            signature.append((name, "i1"))
+        elif isinstance(value, int):
+            if value == 1:  # Triton's launcher specializes an int equal to 1 to a constant
+                signature.append((name, "constexpr"))
+                constexprs.append((name, 1))
+            else:
+                signature.append((name, "i32" if -2**31 <= value < 2**31 else ("i64" if value < 2**63 else "u64")))
+        elif isinstance(value, float):
+            signature.append((name, "fp32"))
+        else:
+            return f"{fn.__name__}: argument {name} is a {type(value).__name__}"
+    options = tuple((k, int(kwargs[k])) for k in ("num_warps", "num_stages") if isinstance(kwargs.get(k), int))
+    return LaunchSpec(os.path.abspath(path), fn.__name__, tuple(signature), tuple(constexprs), options)
+
+
+def _constexpr_json(value: Any):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    name = getattr(value, "name", None)  # a tl.dtype
+    if type(value).__name__ in ("dtype", "pointer_type") and isinstance(name, str):
+        return {"dtype": name}
+    return f"unsupported constexpr type {type(value).__name__}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling (the worker process, without the interpreter)
+
+
+def _compile(spec: dict, modules: dict) -> dict:
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    path = spec["path"]
+    try:
+        if path not in modules:
+            module_spec = importlib.util.spec_from_file_location(f"_tritonfuzz_compile_{len(modules)}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            modules[path] = module
+        kernel = getattr(modules[path], spec["name"])
+    except Exception as e:  # noqa: BLE001 -- a file that needs its package: not this check's to judge
+        return {"status": "skip", "message": f"could not import {Path(path).name} on its own: {type(e).__name__}: {e}"}
+    while not isinstance(kernel, triton.runtime.jit.JITFunction) and hasattr(kernel, "fn"):
+        kernel = kernel.fn  # through @triton.autotune / @triton.heuristics
+    if not isinstance(kernel, triton.runtime.jit.JITFunction):
+        return {"status": "skip", "message": f"{spec['name']} is not a @triton.jit function when imported"}
+    constexprs = {name: (getattr(tl, value["dtype"]) if isinstance(value, dict) else value)
+                  for name, value in spec["constexprs"]}
+    try:
+        source = ASTSource(fn=kernel, signature=dict(spec["signature"]), constexprs=constexprs)
+        triton.compile(source, target=GPUTarget(*TARGET), options=dict(spec["options"]))
+    except Exception as e:  # noqa: BLE001 -- the compiler's verdict is the result
+        return {"status": "fail", "message": f"{type(e).__name__}: {e}"}
+    return {"status": "ok", "message": ""}
+
+
+def _worker() -> int:
+    import warnings
+    warnings.filterwarnings("ignore")
+    modules: dict = {}
+    for line in sys.stdin:
+        spec = json.loads(line)
+        print(json.dumps(_compile(spec, modules)), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The client (in the interpreted process): one worker a process, results cached per spec
+
+
+class _Client:
+    def __init__(self):
+        self.cache: dict[LaunchSpec, CompileResult] = {}
+        self.proc: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        proc = subprocess.Popen([sys.executable, "-m", "oracles.gpu_compile", "--worker"], cwd=ROOT, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        atexit.register(self.close)
+        return proc
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+            self.proc = None
+
+    def compile(self, spec: LaunchSpec) -> CompileResult:
+        with self.lock:
+            if spec in self.cache:
+                return self.cache[spec]
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = self._start()
+            self.proc.stdin.write(json.dumps(asdict(spec)) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            if not line:  # the worker died (a crash inside the compiler): say so, start afresh next time
+                self.proc = None
+                result = CompileResult("fail", "the compiler process died while compiling this specialization")
+            else:
+                result = CompileResult(**json.loads(line))
+            self.cache[spec] = result
+            return result
+
+
+_CLIENT = _Client()
+
+
+def compile_for_gpu(spec: LaunchSpec) -> CompileResult:
+    """Compile one spec for TARGET (cached); the worker starts on the first call."""
+    return _CLIENT.compile(spec)
+
+
+def gpu_compile_check(specs: list):
+    """The `gpu-compile` check of one case: every specialization its interpreted launches used
+    compiles for TARGET_LABEL. `specs` holds LaunchSpecs and, for launches no spec could be
+    built for, the reason."""
+    from oracles.verdict import FAIL, PASS, SKIP, Check
+    unique = list(dict.fromkeys(specs))
+    built = [s for s in unique if isinstance(s, LaunchSpec)]
+    failed, skipped = [], [s for s in unique if isinstance(s, str)]
+    for spec in built:
+        result = compile_for_gpu(spec)
+        if result.status == "fail":
+            message = result.message if len(result.message) <= 1500 else result.message[:1500] + " [...]"
+            failed.append(f"{spec.label()}: {message}")
+        elif result.status == "skip":
+            skipped.append(result.message)
+    if failed:
+        return Check(GPU_COMPILE, FAIL, (
+            f"Triton's compiler rejects {len(failed)} of the {len(built)} kernel specialization(s) this case "
+            f"launched ({TARGET_LABEL}; the CPU interpreter ran them as Python, a GPU cannot): " + "; ".join(failed)))
+    if not built:
+        return Check(GPU_COMPILE, SKIP, "nothing to compile: " + ("; ".join(skipped) or "no interpreted launch"))
+    note = f"; not checked: {'; '.join(skipped)}" if skipped else ""
+    return Check(GPU_COMPILE, PASS, f"{len(built)} specialization(s) compile for {TARGET_LABEL}{note}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        sys.exit(_worker())
+    print(__doc__)
+    sys.exit(2)
