@@ -25,6 +25,7 @@ import atexit
 import importlib.util
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -34,6 +35,7 @@ from typing import Any
 
 TARGET = ("cuda", 90, 32)  # sm_90 (H100, H200), 32-thread warps
 TARGET_LABEL = "sm_90"
+COMPILE_TIMEOUT_S = 300  # one specialization; past it the worker is restarted and the spec skipped
 GPU_COMPILE = "gpu-compile"  # the check's name
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,6 +143,9 @@ def _compile(spec: dict, modules: dict) -> dict:
     path = spec["path"]
     try:
         if path not in modules:
+            folder = os.path.dirname(path)  # a kernel file may import its siblings
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
             module_spec = importlib.util.spec_from_file_location(f"_tritonfuzz_compile_{len(modules)}", path)
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
@@ -204,8 +209,13 @@ class _Client:
                 self.proc = self._start()
             self.proc.stdin.write(json.dumps(asdict(spec)) + "\n")
             self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-            if not line:  # the worker died (a crash inside the compiler): say so, start afresh next time
+            ready, _, _ = select.select([self.proc.stdout], [], [], COMPILE_TIMEOUT_S)
+            line = self.proc.stdout.readline() if ready else None
+            if line is None:  # a compile that does not end: not judged, and a fresh worker next time
+                self.proc.kill()
+                self.proc = None
+                result = CompileResult("skip", f"{spec.name}: compiling took over {COMPILE_TIMEOUT_S} s")
+            elif not line:  # the worker died (a crash inside the compiler): say so, start afresh next time
                 self.proc = None
                 result = CompileResult("fail", "the compiler process died while compiling this specialization")
             else:
