@@ -7,9 +7,17 @@ Python function called from one ("Unsupported function referenced"), an operatio
 generator refuses. Triton compiles to a cubin without a GPU (its wheel carries ptxas), so each
 interpreted launch is recorded as a `LaunchSpec` -- the kernel's file and name, its argument
 types, constexpr values and num_warps / num_stages, as Triton's launcher would specialize them --
-and every new spec is compiled for sm_90 (H100/H200) by a worker process that imports the kernel's
-file without the interpreter. Results are cached per spec, so a property test pays for each
-specialization once (~0.5 s), and shrinking pays nothing.
+and every new spec is compiled by a worker process that imports the kernel's file without the
+interpreter, for two targets (TARGETS):
+
+- sm_90 (H100/H200, the GPU this project measures on): a compile error, more shared memory than
+  a block can get (227 KB) or more than 1024 threads fails the check;
+- gfx942 (MI300: 64-thread warps, 64 KB of LDS; the judge's AMD and Hygon chips behave like
+  ROCm): the same problems there are a `risk` -- reported, not a failure, since those chips'
+  own toolchains are not this one.
+
+Results are cached per spec (and Triton caches compiles on disk), so a property test pays for
+each specialization once (~0.1-1.5 s), and shrinking pays nothing.
 
 A spec that cannot be built (a kernel defined inside a function, an argument of a type Triton
 would not accept either) or a file the worker cannot import on its own is reported as `skip`,
@@ -33,8 +41,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-TARGET = ("cuda", 90, 32)  # sm_90 (H100, H200), 32-thread warps
-TARGET_LABEL = "sm_90"
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    backend: str
+    arch: Any
+    warp_size: int
+    shared_bytes: int  # the most shared memory (LDS) one block can get
+    severity: str  # what a problem here is: "fail" or "risk"
+    chips: str
+
+
+TARGETS = (
+    Target("sm_90", "cuda", 90, 32, 232_448, "fail", "an H100/H200"),
+    Target("gfx942", "hip", "gfx942", 64, 65_536, "risk", "AMD/Hygon-class chips (64-thread warps, 64 KB LDS)"),
+)
+MAX_THREADS = 1024  # a block's threads on both
 COMPILE_TIMEOUT_S = 300  # one specialization; past it the worker is restarted and the spec skipped
 GPU_COMPILE = "gpu-compile"  # the check's name
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,8 +86,9 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class CompileResult:
-    status: str  # "ok", "fail" (the compiler rejected it), "skip" (could not be checked)
+    status: str  # "ok", "fail" (the compiler rejected it, or it cannot launch), "skip" (not checked)
     message: str = ""
+    target: str = ""  # a Target.label; "" when no target was tried
 
 
 def _show(value: Any) -> str:
@@ -135,7 +160,8 @@ def _constexpr_json(value: Any):
 # Compiling (the worker process, without the interpreter)
 
 
-def _compile(spec: dict, modules: dict) -> dict:
+def _compile(spec: dict, modules: dict) -> list[dict]:
+    """One result a target, or one skip when the kernel cannot be imported."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -152,19 +178,36 @@ def _compile(spec: dict, modules: dict) -> dict:
             modules[path] = module
         kernel = getattr(modules[path], spec["name"])
     except Exception as e:  # noqa: BLE001 -- a file that needs its package: not this check's to judge
-        return {"status": "skip", "message": f"could not import {Path(path).name} on its own: {type(e).__name__}: {e}"}
+        return [{"status": "skip", "message": f"could not import {Path(path).name} on its own: {type(e).__name__}: {e}"}]
     while not isinstance(kernel, triton.runtime.jit.JITFunction) and hasattr(kernel, "fn"):
         kernel = kernel.fn  # through @triton.autotune / @triton.heuristics
     if not isinstance(kernel, triton.runtime.jit.JITFunction):
-        return {"status": "skip", "message": f"{spec['name']} is not a @triton.jit function when imported"}
+        return [{"status": "skip", "message": f"{spec['name']} is not a @triton.jit function when imported"}]
     constexprs = {name: (getattr(tl, value["dtype"]) if isinstance(value, dict) else value)
                   for name, value in spec["constexprs"]}
-    try:
-        source = ASTSource(fn=kernel, signature=dict(spec["signature"]), constexprs=constexprs)
-        triton.compile(source, target=GPUTarget(*TARGET), options=dict(spec["options"]))
-    except Exception as e:  # noqa: BLE001 -- the compiler's verdict is the result
-        return {"status": "fail", "message": f"{type(e).__name__}: {e}"}
-    return {"status": "ok", "message": ""}
+    options = dict(spec["options"])
+    results = []
+    for target in TARGETS:
+        try:
+            source = ASTSource(fn=kernel, signature=dict(spec["signature"]), constexprs=constexprs)
+            compiled = triton.compile(source, target=GPUTarget(target.backend, target.arch, target.warp_size),
+                                      options=options)
+        except Exception as e:  # noqa: BLE001 -- the compiler's verdict is the result
+            results.append({"status": "fail", "message": f"{type(e).__name__}: {e}", "target": target.label})
+            continue
+        threads = int(getattr(compiled.metadata, "num_warps", options.get("num_warps", 4))) * target.warp_size
+        shared = int(getattr(compiled.metadata, "shared", 0) or 0)
+        if shared > target.shared_bytes:
+            results.append({"status": "fail", "target": target.label, "message": (
+                f"needs {shared} bytes of shared memory, a block gets at most {target.shared_bytes} on "
+                f"{target.chips}: the launch fails (out of resources)")})
+        elif threads > MAX_THREADS:
+            results.append({"status": "fail", "target": target.label, "message": (
+                f"{threads} threads a block ({threads // target.warp_size} warps of {target.warp_size}), "
+                f"more than {MAX_THREADS} on {target.chips}")})
+        else:
+            results.append({"status": "ok", "message": "", "target": target.label})
+    return results
 
 
 def _worker() -> int:
@@ -183,7 +226,7 @@ def _worker() -> int:
 
 class _Client:
     def __init__(self):
-        self.cache: dict[LaunchSpec, CompileResult] = {}
+        self.cache: dict[LaunchSpec, tuple[CompileResult, ...]] = {}
         self.proc: subprocess.Popen | None = None
         self.lock = threading.Lock()
 
@@ -201,7 +244,7 @@ class _Client:
             self.proc.wait(timeout=30)
             self.proc = None
 
-    def compile(self, spec: LaunchSpec) -> CompileResult:
+    def compile(self, spec: LaunchSpec) -> tuple[CompileResult, ...]:
         with self.lock:
             if spec in self.cache:
                 return self.cache[spec]
@@ -214,12 +257,13 @@ class _Client:
             if line is None:  # a compile that does not end: not judged, and a fresh worker next time
                 self.proc.kill()
                 self.proc = None
-                result = CompileResult("skip", f"{spec.name}: compiling took over {COMPILE_TIMEOUT_S} s")
+                result = (CompileResult("skip", f"{spec.name}: compiling took over {COMPILE_TIMEOUT_S} s"),)
             elif not line:  # the worker died (a crash inside the compiler): say so, start afresh next time
                 self.proc = None
-                result = CompileResult("fail", "the compiler process died while compiling this specialization")
+                result = (CompileResult("fail", "the compiler process died while compiling this specialization",
+                                        TARGETS[0].label),)
             else:
-                result = CompileResult(**json.loads(line))
+                result = tuple(CompileResult(**r) for r in json.loads(line))
             self.cache[spec] = result
             return result
 
@@ -227,34 +271,43 @@ class _Client:
 _CLIENT = _Client()
 
 
-def compile_for_gpu(spec: LaunchSpec) -> CompileResult:
-    """Compile one spec for TARGET (cached); the worker starts on the first call."""
+def compile_for_gpu(spec: LaunchSpec) -> tuple[CompileResult, ...]:
+    """Compile one spec for every target (cached): a result a target, or one skip. The worker
+    starts on the first call."""
     return _CLIENT.compile(spec)
 
 
 def gpu_compile_check(specs: list):
     """The `gpu-compile` check of one case: every specialization its interpreted launches used
-    compiles for TARGET_LABEL. `specs` holds LaunchSpecs and, for launches no spec could be
-    built for, the reason."""
-    from oracles.verdict import FAIL, PASS, SKIP, Check
+    compiles and can launch on each target -- fail for sm_90, risk for gfx942. `specs` holds
+    LaunchSpecs and, for launches no spec could be built for, the reason."""
+    from oracles.verdict import FAIL, PASS, RISK, SKIP, Check
     unique = list(dict.fromkeys(specs))
     built = [s for s in unique if isinstance(s, LaunchSpec)]
-    failed, skipped = [], [s for s in unique if isinstance(s, str)]
+    problems = {target.label: [] for target in TARGETS}
+    skipped = [s for s in unique if isinstance(s, str)]
+    checked = 0
     for spec in built:
-        result = compile_for_gpu(spec)
-        if result.status == "fail":
-            message = result.message if len(result.message) <= 1500 else result.message[:1500] + " [...]"
-            failed.append(f"{spec.label()}: {message}")
-        elif result.status == "skip":
-            skipped.append(result.message)
-    if failed:
-        return Check(GPU_COMPILE, FAIL, (
-            f"Triton's compiler rejects {len(failed)} of the {len(built)} kernel specialization(s) this case "
-            f"launched ({TARGET_LABEL}; the CPU interpreter ran them as Python, a GPU cannot): " + "; ".join(failed)))
-    if not built:
-        return Check(GPU_COMPILE, SKIP, "nothing to compile: " + ("; ".join(skipped) or "no interpreted launch"))
-    note = f"; not checked: {'; '.join(skipped)}" if skipped else ""
-    return Check(GPU_COMPILE, PASS, f"{len(built)} specialization(s) compile for {TARGET_LABEL}{note}")
+        results = compile_for_gpu(spec)
+        checked += any(r.status != "skip" for r in results)
+        for result in results:
+            if result.status == "fail":
+                message = result.message if len(result.message) <= 1500 else result.message[:1500] + " [...]"
+                problems[result.target].append(f"{spec.label()}: {message}")
+            elif result.status == "skip":
+                skipped.append(result.message)
+    note = f"; not checked: {'; '.join(dict.fromkeys(skipped))}" if skipped else ""
+    for target in TARGETS:
+        if problems[target.label]:
+            status = FAIL if target.severity == "fail" else RISK
+            return Check(GPU_COMPILE, status, (
+                f"{len(problems[target.label])} of the {len(built)} kernel specialization(s) this case launched "
+                f"cannot run on {target.chips} ({target.label}; the CPU interpreter ran them as Python): "
+                + "; ".join(problems[target.label]) + note))
+    if not checked:
+        return Check(GPU_COMPILE, SKIP, "nothing compiled: " + ("; ".join(dict.fromkeys(skipped)) or "no interpreted launch"))
+    labels = " and ".join(t.label for t in TARGETS)
+    return Check(GPU_COMPILE, PASS, f"{checked} specialization(s) compile and fit {labels}{note}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from oracles.differential import RunOptions, interpreter_active, run_case
 from oracles.gpu_compile import GPU_COMPILE, gpu_compile_check
 from oracles.sanitizers import (SANITIZER_CHECKS, KernelScope, guarded_empty, launch_check, poison_pattern,
                                 red_zone_check, run_kernel, sentinel_pattern)
-from oracles.verdict import FAIL, PASS
+from oracles.verdict import FAIL, PASS, RISK
 from strategies.case import Case
 from strategies.hc_head import build_case, judge_cases
 from strategies.values import Layout, background, place
@@ -323,3 +323,50 @@ def test_gpu_compile_fails_what_only_the_interpreter_runs(kernel, rejected):
         assert check.status == PASS, check
     else:
         assert check.status == FAIL and rejected in check.message, check
+
+
+@triton.jit
+def _dot_tile(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b).to(tl.float16))
+
+
+@triton.jit
+def _transpose_tile(a_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr):
+    rm, rn = tl.arange(0, M), tl.arange(0, N)
+    tl.store(c_ptr + rn[:, None] * M + rm[None, :], tl.trans(tl.load(a_ptr + rm[:, None] * N + rn[None, :])))
+
+
+def test_gpu_compile_reports_what_fits_an_h200_but_not_amd_as_a_risk():
+    """Both run on an H200; on the judge's AMD-class chips (64-thread warps, 64 KB of LDS) they
+    cannot launch: 32 warps are 2048 threads there, and a 256 x 256 float32 transpose goes
+    through 256 KB of LDS (64 KB on sm_90). A risk, not a failure."""
+    if not interpreter_active():
+        pytest.skip("on a GPU every launch compiles for real")
+    x = torch.ones(16, 16, dtype=torch.float16)
+    out = torch.empty(16, 16, dtype=torch.float16)
+    a = torch.arange(256 * 256, dtype=torch.float32).reshape(256, 256)
+    t = torch.empty_like(a)
+    for launch, why in ((lambda: _dot_tile[(1,)](x, x, out, M=16, N=16, K=16, num_warps=32), "2048 threads"),
+                        (lambda: _transpose_tile[(1,)](a, t, M=256, N=256), "bytes of shared memory")):
+        with KernelScope() as scope:
+            launch()
+        check = gpu_compile_check(scope.launch_specs)
+        assert check.status == RISK and "gfx942" in check.message and why in check.message, check
+    assert torch.equal(t, a.T) and float(out[0, 0]) == 16
+
+
+def test_gpu_compile_fails_what_an_h200_cannot_launch():
+    """A [256, 256] x [256, 256] float16 tl.dot stages 256 KB of operands in shared memory on
+    sm_90; a block gets 227 KB: the interpreter computes it, an H200 refuses the launch."""
+    if not interpreter_active():
+        pytest.skip("on a GPU every launch compiles for real")
+    a = torch.full((256, 256), 0.5, dtype=torch.float16)
+    c = torch.empty(256, 256, dtype=torch.float16)
+    with KernelScope() as scope:
+        _dot_tile[(1,)](a, a, c, M=256, N=256, K=256)
+    assert float(c[0, 0]) == 64.0
+    check = gpu_compile_check(scope.launch_specs)
+    assert check.status == FAIL and "sm_90" in check.message and "shared memory" in check.message, check
