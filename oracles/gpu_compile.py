@@ -122,8 +122,8 @@ def launch_spec(fn, arg_names, constexpr_names, args: tuple, kwargs: dict) -> La
         value = bound[name]
         if name in constexpr_names or value is None:
             encoded = _constexpr_json(value)
-            if isinstance(encoded, str) and encoded.startswith("unsupported"):
-                return f"{fn.__name__}: constexpr {name} = {value!r} ({encoded})"
+            if encoded is _UNSUPPORTED:
+                return f"{fn.__name__}: constexpr {name} = {value!r}, a {type(value).__name__}, cannot be sent to the worker"
             signature.append((name, "constexpr"))
             constexprs.append((name, encoded))
         elif isinstance(value, torch.Tensor):
@@ -147,13 +147,17 @@ def launch_spec(fn, arg_names, constexpr_names, args: tuple, kwargs: dict) -> La
     return LaunchSpec(os.path.abspath(path), fn.__name__, tuple(signature), tuple(constexprs), options)
 
 
+_UNSUPPORTED = object()
+
+
 def _constexpr_json(value: Any):
+    """A constexpr value as JSON: plain values as they are, a tl.dtype as {"dtype": name}."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    name = getattr(value, "name", None)  # a tl.dtype
+    name = getattr(value, "name", None)
     if type(value).__name__ in ("dtype", "pointer_type") and isinstance(name, str):
         return {"dtype": name}
-    return f"unsupported constexpr type {type(value).__name__}"
+    return _UNSUPPORTED
 
 
 # ---------------------------------------------------------------------------------------------
