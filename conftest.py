@@ -162,8 +162,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def run_options(request) -> RunOptions:
+    gate = settings._current_profile == "gate"
     return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"),
-                      determinism=settings._current_profile == "gate")
+                      determinism=gate, portability=gate)
 
 
 # Which tally a test's verdicts go to (oracles/gate.py KINDS); every other property is "fuzz".

@@ -37,6 +37,7 @@ class RunOptions:
     judge_exact: bool = False  # tie order must equal torch.topk's on this device
     sanitize: bool = True      # red zones, poison, launch check around the kernel call
     determinism: bool = False  # run the case twice and demand the same bits (doubles the cost)
+    portability: bool = False  # gpu-compile also for the AMD-class target (another compile per spec)
 
 
 def interpreter_active() -> bool:
@@ -74,7 +75,7 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
     if options.sanitize:
         verdict.add(launch_check(run, outputs))
         if run.launch_specs:  # interpreted launches: would a GPU compile them? (oracles/gpu_compile.py)
-            verdict.add(gpu_compile_check(run.launch_specs))
+            verdict.add(gpu_compile_check(run.launch_specs, portability=options.portability))
         verdict.add(red_zone_check(run, outputs, reference))
         verdict.add(poison_check(run, outputs, reference))
     verdict.add(inputs_unchanged_check(run, case))

@@ -154,7 +154,7 @@ def load(mutant: Mutant) -> Implementation:
 def power_options(device_name: str | None = None) -> RunOptions:
     """The checks the property runs here: the gate's (sanitizers and determinism on), tie order
     as a risk unless --judge-exact."""
-    return RunOptions(device=device_name or device(), sanitize=True, determinism=True)
+    return RunOptions(device=device_name or device(), sanitize=True, determinism=True, portability=True)
 
 
 def profile_settings(name: str) -> settings:
