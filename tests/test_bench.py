@@ -57,3 +57,33 @@ def test_an_entry_that_is_one_of_the_designs_is_not_timed_twice(monkeypatch):
     result, _ = run_bench_op(monkeypatch, "hc_head")
     assert result["default"] == "two_launch"
     assert list(result["rows"][0]["kernels"]) == ["per_token", "two_launch"]
+
+
+def test_limit_probes_compute_what_they_claim():
+    """kernels/bench_limits.py's probe kernels (GPU timing only) on tiny inputs: the x-once
+    kernel's y, and the buffer reader's cyclic sums."""
+    from kernels.bench_limits import _read_buffer, _x_once
+    T, hidden = 5, 40
+    x = torch.randn(T, 4, hidden).to(torch.bfloat16)
+    y = torch.empty(T, hidden, dtype=torch.bfloat16)
+    _x_once[(triton_cdiv(T, 4),)](x, x.stride(0), x.stride(1), y, T, hidden, BLOCK_T=4, BLOCK_D=16)
+    c = torch.tensor([0.3, 0.2, 0.1, 0.4])
+    expected = (x.float() * c[None, :, None]).sum(1)
+    assert torch.allclose(y.float(), expected, **bench_tolerance())
+    buf = torch.arange(64, dtype=torch.float32)
+    out = torch.empty(2 * 16)
+    _read_buffer[(2,)](buf, out, 64, 3, BLOCK=16)
+    walk = [(p + it * 2) * 16 % 64 for p in range(2) for it in range(3)]
+    expected = torch.stack([torch.stack([buf[o:o + 16] for o in walk[p * 3:(p + 1) * 3]]).sum(0) for p in range(2)])
+    assert torch.equal(out.reshape(2, 16), expected)
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)
+
+
+def bench_tolerance():
+    """The judge's bf16 tolerance (one policy: oracles/tolerances.py)."""
+    from oracles.tolerances import judge_tolerance
+    atol, rtol = judge_tolerance(torch.bfloat16)
+    return {"atol": atol, "rtol": rtol}
