@@ -95,11 +95,43 @@ def pytest_configure(config):
         except KernelLoadError as e:
             raise pytest.UsageError(str(e)) from None
     config.stash[KERNELS] = kernels
+    freeze_hypothesis_local_constants()
     if not hasattr(config, "workerinput"):  # the controller (or a plain run) sums up
         inflight_dir()  # before xdist starts workers: they inherit where to record in-flight cases
         config.pluginmanager.register(GateSummary(config), "tritonfuzz-gate-summary")
     if kernels and config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("gate")
+
+
+def freeze_hypothesis_local_constants():
+    """Make derandomized runs depend on nothing but the test.
+
+    Hypothesis draws, 5% of the time, constants harvested from the source of every local module
+    loaded so far (hypothesis.internal.conjecture.providers._get_local_constants). Which of this
+    project's modules a worker has imported, and which kernel files tests have loaded from
+    temporary folders, depends on the tests xdist gave it before: the same `ci` test then drew
+    different cases in different runs (the mutant nan_scores_ranked_last was caught in 8 examples
+    in one run and missed in 20 in another, after tests/test_bench.py began importing two more
+    modules). So every project module is imported now, the pool is computed once and frozen:
+    later imports no longer change what a derandomized test draws. If a Hypothesis release
+    moves that internal function, nothing is frozen (and nothing breaks).
+    """
+    import importlib
+    for folder in ("kernels", "oracles", "strategies"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            importlib.import_module(f"{folder}.{path.stem}")
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        return
+    harvest = getattr(providers, "_get_local_constants", None)
+    if callable(harvest) and not getattr(harvest, "tritonfuzz_frozen", False):
+        frozen = harvest()
+
+        def frozen_local_constants():
+            return frozen
+        frozen_local_constants.tritonfuzz_frozen = True
+        providers._get_local_constants = frozen_local_constants
 
 
 def pin_xdist_worker_to_gpu():
