@@ -239,26 +239,35 @@ class _Client:
     def _start(self) -> subprocess.Popen:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        proc = subprocess.Popen([sys.executable, "-m", "oracles.gpu_compile", "--worker"], cwd=ROOT, env=env,
+        return subprocess.Popen([sys.executable, "-m", "oracles.gpu_compile", "--worker"], cwd=ROOT, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        atexit.register(self.close)
-        return proc
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-            self.proc = None
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
 
     def compile(self, spec: LaunchSpec, targets: tuple[str, ...]) -> tuple[CompileResult, ...]:
         key = (spec, targets)
         with self.lock:
             if key in self.cache:
                 return self.cache[key]
-            if self.proc is None or self.proc.poll() is not None:
-                self.proc = self._start()
-            self.proc.stdin.write(json.dumps(dict(asdict(spec), targets=targets)) + "\n")
-            self.proc.stdin.flush()
+            request = json.dumps(dict(asdict(spec), targets=targets)) + "\n"
+            for attempt in (1, 2):  # a worker that died since the last call is replaced once
+                if self.proc is None or self.proc.poll() is not None:
+                    self.proc = self._start()
+                try:
+                    self.proc.stdin.write(request)
+                    self.proc.stdin.flush()
+                    break
+                except OSError:
+                    self.close()
+                    if attempt == 2:
+                        raise
             ready, _, _ = select.select([self.proc.stdout], [], [], COMPILE_TIMEOUT_S)
             line = self.proc.stdout.readline() if ready else None
             if line is None:  # a compile that does not end: not judged, and a fresh worker next time
@@ -276,6 +285,7 @@ class _Client:
 
 
 _CLIENT = _Client()
+atexit.register(_CLIENT.close)
 
 
 def compile_for_gpu(spec: LaunchSpec, targets: tuple[str, ...] = tuple(t.label for t in TARGETS)
@@ -290,8 +300,8 @@ def gpu_compile_check(specs: list, *, portability: bool = True):
     compiles and can launch on each target -- fail for sm_90, risk for gfx942 (only with
     `portability`). `specs` holds LaunchSpecs and, for launches no spec could be built for, the
     reason."""
-    targets = TARGETS if portability else TARGETS[:1]
     from oracles.verdict import FAIL, PASS, RISK, SKIP, Check
+    targets = TARGETS if portability else TARGETS[:1]
     unique = list(dict.fromkeys(specs))
     built = [s for s in unique if isinstance(s, LaunchSpec)]
     problems = {target.label: [] for target in targets}

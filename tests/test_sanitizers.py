@@ -370,3 +370,22 @@ def test_gpu_compile_fails_what_an_h200_cannot_launch():
     assert float(c[0, 0]) == 64.0
     check = gpu_compile_check(scope.launch_specs)
     assert check.status == FAIL and "sm_90" in check.message and "shared memory" in check.message, check
+
+
+def test_gpu_compile_replaces_a_dead_worker():
+    """The compiler worker is one process per test process; one that died (killed, or crashed on
+    an earlier kernel) is replaced at the next compile instead of failing every later case."""
+    if not interpreter_active():
+        pytest.skip("on a GPU every launch compiles for real")
+    from oracles import gpu_compile
+    x = torch.arange(8, dtype=torch.float32)
+    with KernelScope() as scope:
+        _scale_by_constexpr_global[(1,)](x, 5, BLOCK=8)
+    [spec] = scope.launch_specs
+    assert gpu_compile.compile_for_gpu(spec, ("sm_90",))[0].status == "ok"
+    worker = gpu_compile._CLIENT.proc
+    worker.kill()
+    worker.wait()
+    gpu_compile._CLIENT.cache.clear()
+    assert gpu_compile.compile_for_gpu(spec, ("sm_90",))[0].status == "ok"
+    assert gpu_compile._CLIENT.proc is not worker
