@@ -16,9 +16,10 @@ if not GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 if INTERPRETED:
-    from kernels.interpreter import enable_bf16_arithmetic
+    from kernels.interpreter import enable_autotuning, enable_bf16_arithmetic
 
     enable_bf16_arithmetic()
+    enable_autotuning()
 
 from pathlib import Path  # noqa: E402
 
@@ -126,7 +127,10 @@ def freeze_hypothesis_local_constants():
         return
     harvest = getattr(providers, "_get_local_constants", None)
     if callable(harvest) and not getattr(harvest, "tritonfuzz_frozen", False):
-        frozen = harvest()
+        import warnings
+        with warnings.catch_warnings():  # harvesting here, at configure time, is the point
+            warnings.filterwarnings("ignore", message="Slow code in plugin")
+            frozen = harvest()
 
         def frozen_local_constants():
             return frozen

@@ -611,8 +611,9 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import triton
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from kernels.interpreter import enable_bf16_arithmetic
+        from kernels.interpreter import enable_autotuning, enable_bf16_arithmetic
         enable_bf16_arithmetic()
+        enable_autotuning()
 
     # As pyproject.toml does for the suite: NumPy's overflow warnings from the interpreter are
     # the kernels' inf/NaN cases working as intended.
