@@ -44,6 +44,21 @@ def interpreter_active() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def interpreter_gap(error: BaseException) -> bool:
+    """The kernel raised because the CPU interpreter lacks a feature a GPU has (inline PTX via
+    tl.inline_asm_elementwise, ...): Triton's interpreter wraps it as InterpreterError from a
+    NotImplementedError."""
+    if not interpreter_active():
+        return False
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, NotImplementedError) and "interpreter" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def call_kernel(fn, inputs: dict) -> tuple:
     """The judge's call: keyword arguments; a single tensor result becomes a 1-tuple."""
     out = fn(**inputs)
@@ -65,7 +80,13 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
         # No outputs to judge; what the call did to memory before it ended is still reported.
         problem = raised_message(run.error) if run.error is not None else (
             f"returned {len(run.outputs)} value(s), expected {len(names)}: ({', '.join(names)})")
-        verdict.add(Check("contract", FAIL, problem))
+        if run.error is not None and interpreter_gap(run.error):
+            verdict.add(Check("contract", UNTRUSTED, f"{problem} -- the CPU interpreter cannot run this kernel, "
+                                                     f"which is not the kernel's failure: run on a GPU to judge it"))
+            if options.sanitize and run.launch_specs:  # whether a GPU can compile it, this run can still say
+                verdict.add(gpu_compile_check(run.launch_specs, portability=options.portability))
+        else:
+            verdict.add(Check("contract", FAIL, problem))
         for check in (red_zone_check(run, {}), inputs_unchanged_check(run, case)):
             if check.status == FAIL:
                 verdict.add(check)

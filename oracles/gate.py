@@ -74,6 +74,16 @@ class ImplementationSummary:
         if tally["kind"] == "judge":
             self.judge_official["passed" if passed else "failed"] += 1
 
+    def all_notes(self) -> list:
+        """The notes, and one more when some cases could not be judged here: a PASS that rests
+        on untrusted cases must say so."""
+        untrusted = max((c[UNTRUSTED] for c in self.checks.values()), default=0)
+        if not untrusted:
+            return list(self.notes)
+        return list(self.notes) + [f"{untrusted} case(s) untrusted: the CPU interpreter could not judge them (a "
+                                   f"feature it lacks, or bf16 it cannot compute exactly); run on a GPU before "
+                                   f"trusting this verdict"]
+
     @property
     def verdict(self) -> str:
         failed = self.tests_failed or self.crashes or any(c[FAIL] for c in self.checks.values()) or \
@@ -92,7 +102,7 @@ class ImplementationSummary:
             "static_findings": self.static_findings,
             "new_fixtures": self.new_fixtures,
             "crashes": self.crashes,
-            "notes": self.notes,
+            "notes": self.all_notes(),
         }
 
 
@@ -122,7 +132,7 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
     if s.new_fixtures:
         lines.append("  new fixtures:")
         lines += [f"    {f['path']}\n      replay: {f['replay']}" for f in s.new_fixtures]
-    lines += [f"  note: {n}" for n in s.notes]
+    lines += [f"  note: {n}" for n in s.all_notes()]
     return "\n".join(lines)
 
 

@@ -92,3 +92,18 @@ def test_segfaulting_kernel_gets_a_verdict(tmp_path):
     assert impl["verdict"] == "fail"
     assert impl["crashes"] and impl["crashes"][0].startswith("crashed on case"), out[-3000:]
     assert "fixture:" in impl["crashes"][0]
+
+
+def test_a_pass_resting_on_untrusted_cases_says_so():
+    """Cases the CPU interpreter could not judge do not fail the gate, but its table and report
+    must not present the PASS as if they had been checked."""
+    from collections import Counter
+
+    from oracles.gate import ImplementationSummary, render_table
+    summary = ImplementationSummary("hc_head", "k.py")
+    summary.checks["contract"] = Counter({"pass": 3, "untrusted": 2})
+    assert summary.verdict == "PASS"
+    assert "2 case(s) untrusted" in render_table(summary, 60)
+    assert any("2 case(s) untrusted" in n for n in summary.to_json(60)["notes"])
+    summary.checks["contract"] = Counter({"pass": 5})
+    assert "untrusted:" not in render_table(summary, 60) and not summary.to_json(60)["notes"]

@@ -389,3 +389,36 @@ def test_gpu_compile_replaces_a_dead_worker():
     gpu_compile._CLIENT.cache.clear()
     assert gpu_compile.compile_for_gpu(spec, ("sm_90",))[0].status == "ok"
     assert gpu_compile._CLIENT.proc is not worker
+
+
+@triton.jit
+def _tanh_by_inline_ptx(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    y = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+    tl.store(y_ptr + offs, y, mask=offs < n)
+
+
+def _hc_head_with_inline_ptx(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    """Not hc_head (a GPU run would fail it on accuracy): a launch the interpreter cannot run."""
+    y = torch.empty((x.shape[0], x.shape[2]), dtype=x.dtype, device=x.device)
+    flat = x[:, 0, :].float().contiguous()
+    out = torch.empty_like(flat)
+    _tanh_by_inline_ptx[(1,)](flat, out, flat.numel(), BLOCK=triton.next_power_of_2(max(flat.numel(), 16)))
+    return y.copy_(out)
+
+
+@pytest.mark.hc_head
+def test_what_the_interpreter_cannot_run_is_untrusted_not_failed():
+    """Inline PTX raises NotImplementedError in the interpreter: the case is `untrusted` (run on a
+    GPU), never the kernel's contract failure; gpu-compile still compiles the launch (inline PTX
+    compiles for sm_90; on gfx942 it cannot: a risk under the gate's portability option)."""
+    if not interpreter_active():
+        pytest.skip("a GPU runs inline PTX")
+    verdict = run_case("hc_head", _hc_head_with_inline_ptx, small_case(T=2, hc_mult=2, hidden=8),
+                       RunOptions(device="cpu", portability=True))
+    contract = verdict.check("contract")
+    assert contract.status == "untrusted" and "interpreter" in contract.message, verdict.render()
+    assert not verdict.failures(), verdict.render()
+    compiled = verdict.check(GPU_COMPILE)
+    assert compiled is not None and compiled.status == RISK and "gfx942" in compiled.message, verdict.render()
