@@ -73,6 +73,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from oracles.gpu_compile import launch_spec
 from oracles.verdict import FAIL, PASS, SKIP, Check, fmt, index_str, listed
 from strategies.case import Case, storage_span
 
@@ -311,7 +312,6 @@ class KernelScope:
             if count:
                 scope._launched(getattr(getattr(this, "fn", None), "__name__", "kernel"))
                 if hasattr(this, "arg_names") and hasattr(this, "constexprs"):  # an interpreter GridExecutor
-                    from oracles.gpu_compile import launch_spec
                     with scope._paused():
                         scope.launch_specs.append(launch_spec(this.fn, this.arg_names, this.constexprs, args, kwargs))
             with scope._paused():

@@ -9,6 +9,7 @@ import math
 import torch
 
 from kernels import bench
+from kernels.hc_head import _cdiv
 from oracles.hc_head import reference as hc_head_reference
 
 EAGER_US, KERNEL_US = 100.0, 10.0
@@ -66,7 +67,7 @@ def test_limit_probes_compute_what_they_claim():
     T, hidden = 5, 40
     x = torch.randn(T, 4, hidden).to(torch.bfloat16)
     y = torch.empty(T, hidden, dtype=torch.bfloat16)
-    _x_once[(triton_cdiv(T, 4),)](x, x.stride(0), x.stride(1), y, T, hidden, BLOCK_T=4, BLOCK_D=16)
+    _x_once[(_cdiv(T, 4),)](x, x.stride(0), x.stride(1), y, T, hidden, BLOCK_T=4, BLOCK_D=16)
     c = torch.tensor([0.3, 0.2, 0.1, 0.4])
     expected = (x.float() * c[None, :, None]).sum(1)
     assert torch.allclose(y.float(), expected, **bench_tolerance())
@@ -76,10 +77,6 @@ def test_limit_probes_compute_what_they_claim():
     walk = [(p + it * 2) * 16 % 64 for p in range(2) for it in range(3)]
     expected = torch.stack([torch.stack([buf[o:o + 16] for o in walk[p * 3:(p + 1) * 3]]).sum(0) for p in range(2)])
     assert torch.equal(out.reshape(2, 16), expected)
-
-
-def triton_cdiv(a, b):
-    return -(-a // b)
 
 
 def bench_tolerance():
