@@ -611,9 +611,8 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import triton
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from kernels.interpreter import enable_autotuning, enable_bf16_arithmetic
-        enable_bf16_arithmetic()
-        enable_autotuning()
+        from kernels.interpreter import patch_interpreter
+        patch_interpreter()
 
     # As pyproject.toml does for the suite: NumPy's overflow warnings from the interpreter are
     # the kernels' inf/NaN cases working as intended.

@@ -58,6 +58,8 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # hc_head_two_launch splits hidden into chunks until its first launch has this many programs:
 # 1024 is about 2 waves on an H200 (132 SMs, 4 programs of launch 1 resident per SM).
 _TARGET_PROGRAMS = 1024
+# hc_head_per_token prefetches a tile ahead up to this many tokens (per_token_config).
+_PREFETCH_MAX_TOKENS = 1
 
 
 # Host arithmetic for the launch configuration. Not triton.cdiv / triton.next_power_of_2: they are
@@ -76,6 +78,24 @@ def _next_pow2(n):
 
 
 @triton.jit
+def _row_tile(x_row, stride_xj, stride_xd, fn_rows, stride_fi, mask_j, it, n_dtiles, hc_mult, hidden,
+              BLOCK_D: tl.constexpr):
+    """Tile `it` of a token's flattened row f -- stream j = it // n_dtiles, columns d of block
+    it % n_dtiles of hidden -- and its hc_fn columns: (x[t, j, d] [BLOCK_D] in the dtype of x,
+    hc_fn[:, j * hidden + d] [HC_PAD, BLOCK_D] float32). Columns past hidden, padding rows of
+    hc_fn and tiles past the row (it >= hc_mult * n_dtiles: a prefetch past the last tile) read
+    0.0, which is neutral for the sums of pass 1."""
+    j = it // n_dtiles
+    d = (it % n_dtiles) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = d < tl.where(j < hc_mult, hidden, 0)  # vector < scalar (see _store_sums)
+    # int64: j * stride_xj can pass 2^31
+    f = tl.load(x_row + tl.cast(j, tl.int64) * stride_xj + d * stride_xd, mask=mask_d, other=0.0)
+    w = tl.load(fn_rows + ((j * hidden + d) * stride_fi)[None, :],
+                mask=mask_j[:, None] & mask_d[None, :], other=0.0)
+    return f, w
+
+
+@triton.jit
 def _hc_head_kernel(
     x_ptr, stride_xt, stride_xj, stride_xd,
     hc_fn_ptr, stride_fj, stride_fi,
@@ -84,12 +104,15 @@ def _hc_head_kernel(
     y_ptr, stride_yt, stride_yd,
     T, hc_mult, hidden,
     norm_eps, hc_eps,
-    HC_PAD: tl.constexpr, BLOCK_D: tl.constexpr,
+    HC_PAD: tl.constexpr, BLOCK_D: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """One token per program (grid-stride over tokens when T exceeds the grid).
 
-    Pass 1 reads x[t] once, accumulating sum(f_i^2) and the hc_mult mixes
-    sum_i hc_fn[j, i] * f_i in a [HC_PAD, BLOCK_D] float32 tile (row j = mix j); pass 2 reads
+    Pass 1 reads x[t] once, tile by tile over the flattened row (stream-major), accumulating
+    sum(f_i^2) and the hc_mult mixes sum_i hc_fn[j, i] * f_i in a [HC_PAD, BLOCK_D] float32 tile
+    (row j = mix j); with PREFETCH the loads of tile it + 1 are issued before the FMAs of tile
+    it (Triton pipelines only tl.dot operands), so two tiles are in flight -- what a lone program
+    needs at small T, where it is bound by its own load latency (per_token_config). Pass 2 reads
     x[t] again (from L2 on a GPU) as an [HC_PAD, BLOCK_D] tile of all streams and writes
     y[t, d] = sum_j pre_j * x[t, j, d]. Offsets inside a row are int32, row bases int64.
     """
@@ -100,6 +123,8 @@ def _hc_head_kernel(
     mask_j = offs_j < hc_mult
     offs_d = tl.arange(0, BLOCK_D)
     K = hc_mult * hidden  # the wrapper checks K < 2^31
+    n_dtiles = (hidden + BLOCK_D - 1) // BLOCK_D  # tiles of one stream
+    n_tiles = hc_mult * n_dtiles  # tiles of a flattened row
 
     hc_scale = tl.load(hc_scale_ptr)
     # Padding lanes j >= hc_mult get base 0; their results are discarded by tl.where in pass 2.
@@ -115,22 +140,32 @@ def _hc_head_kernel(
         # ---- pass 1: sum of squares and mixes over the flattened row --------------------
         sumsq = tl.zeros([BLOCK_D], dtype=tl.float32)
         acc = tl.zeros([HC_PAD, BLOCK_D], dtype=tl.float32)
-        for j in range(0, hc_mult):
-            x_stream = x_row + tl.cast(j, tl.int64) * stride_xj  # int64: j * stride_xj can pass 2^31
-            fn_col0 = j * hidden  # column of hc_fn where stream j starts in f
-            for d0 in range(0, hidden, BLOCK_D):
-                d = d0 + offs_d
-                mask_d = d < hidden
-                # upcast: x (bf16/fp16/fp32) -> float32 before any arithmetic;
-                # other=0.0 is neutral for both the sum of squares and the dot products.
-                f = tl.load(x_stream + d * stride_xd, mask=mask_d, other=0.0).to(tl.float32)
-                w = tl.load(
-                    fn_rows + ((fn_col0 + d) * stride_fi)[None, :],
-                    mask=mask_j[:, None] & mask_d[None, :],
-                    other=0.0,
-                )
+        if PREFETCH:
+            # Tile by tile over the flattened row, the loads of tile it + 1 issued before the
+            # FMAs of tile it.
+            f_next, w_next = _row_tile(x_row, stride_xj, stride_xd, fn_rows, stride_fi, mask_j, 0,
+                                       n_dtiles, hc_mult, hidden, BLOCK_D)
+            for it in range(0, n_tiles):
+                f, w = f_next, w_next
+                f_next, w_next = _row_tile(x_row, stride_xj, stride_xd, fn_rows, stride_fi, mask_j, it + 1,
+                                           n_dtiles, hc_mult, hidden, BLOCK_D)
+                f = f.to(tl.float32)  # upcast: x (bf16/fp16/fp32) -> float32 before any arithmetic
                 sumsq += f * f
                 acc += w * f[None, :]
+        else:
+            for j in range(0, hc_mult):
+                x_stream = x_row + tl.cast(j, tl.int64) * stride_xj  # int64: j * stride_xj can pass 2^31
+                fn_col0 = j * hidden  # column of hc_fn where stream j starts in f
+                for d0 in range(0, hidden, BLOCK_D):
+                    d = d0 + offs_d
+                    mask_d = d < hidden
+                    # upcast: x (bf16/fp16/fp32) -> float32 before any arithmetic;
+                    # other=0.0 is neutral for both the sum of squares and the dot products.
+                    f = tl.load(x_stream + d * stride_xd, mask=mask_d, other=0.0).to(tl.float32)
+                    w = tl.load(fn_rows + ((fn_col0 + d) * stride_fi)[None, :],
+                                mask=mask_j[:, None] & mask_d[None, :], other=0.0)
+                    sumsq += f * f
+                    acc += w * f[None, :]
         mixes = tl.sum(acc, axis=1)      # [HC_PAD]; float32 tree sum (order differs from torch)
         ss = tl.sum(sumsq, axis=0)
 
@@ -467,7 +502,7 @@ def hc_head_per_token(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
 
     # Launch: a 1-D grid of one program per token (capped, with a grid-stride loop beyond), each
     # streaming its row twice; tiles and warps from per_token_config.
-    HC_PAD, BLOCK_D, num_warps = per_token_config(T, hc_mult, hidden)
+    HC_PAD, BLOCK_D, num_warps, prefetch = per_token_config(T, hc_mult, hidden)
     grid = (min(T, _MAX_PROGRAMS),)
     _hc_head_kernel[grid](
         x, x.stride(0), x.stride(1), x.stride(2),
@@ -477,14 +512,14 @@ def hc_head_per_token(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
         y, y.stride(0), y.stride(1),
         T, hc_mult, hidden,
         float(norm_eps), float(hc_eps),
-        HC_PAD=HC_PAD, BLOCK_D=BLOCK_D,
+        HC_PAD=HC_PAD, BLOCK_D=BLOCK_D, PREFETCH=prefetch,
         num_warps=num_warps, num_stages=1,
     )
     return y
 
 
 def per_token_config(T, hc_mult, hidden):
-    """(HC_PAD, BLOCK_D, num_warps) of hc_head_per_token, from the shape alone.
+    """(HC_PAD, BLOCK_D, num_warps, PREFETCH) of hc_head_per_token, from the shape alone.
 
     A block covers BLOCK_D columns of hidden: one stream in pass 1 (against an [HC_PAD, BLOCK_D]
     hc_fn tile), all streams in pass 2. A program streams 8x its own row in hc_fn, so at small T
@@ -505,7 +540,7 @@ def per_token_config(T, hc_mult, hidden):
     """
     HC_PAD = _next_pow2(hc_mult)
     tile, num_warps = (16384, 16) if T <= 256 else (8192, 8)
-    return HC_PAD, max(16, min(_next_pow2(hidden), tile // HC_PAD)), num_warps
+    return HC_PAD, max(16, min(_next_pow2(hidden), tile // HC_PAD)), num_warps, T <= _PREFETCH_MAX_TOKENS
 
 
 def two_launch_config(T, hc_mult, hidden, *, sub=None, target_programs=_TARGET_PROGRAMS):

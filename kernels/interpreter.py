@@ -457,3 +457,57 @@ def enable_autotuning() -> None:
     setattr(_bench, _PATCH_MARK, True)
     Autotuner._tritonfuzz_stock_bench = stock  # kept for tests/test_interpreter.py's twin
     Autotuner._bench = _bench
+
+
+# ---------------------------------------------------------------------------------------------
+# Scalars used as Python ints
+
+
+def enable_scalar_index() -> None:
+    """Let the interpreter use a one-element scalar as a Python int (``range(pid * B, T, ...)``).
+
+    Under the interpreter every scalar is a tensor, and ``range()`` or indexing converts it with
+    ``tl.tensor.__index__``, which the interpreter sets at each launch. Triton 3.6 sets it to
+    ``int(self.handle.data)``; a scalar computed from ``tl.program_id`` (``pid * BLOCK_T``)
+    holds a one-element 1-D array there, and NumPy >= 2.4 refuses ``int()`` of any array with
+    a dimension ("only 0-dimensional arrays can be converted to Python scalars"). With Triton 3.6
+    (torch 2.11's) and a current NumPy, every kernel with such a loop failed every CPU case --
+    both bundled kernels among them (seen on the H200 machine's image, 2026-11-30): the
+    interpreter's gap blamed on the kernel. Triton 3.9 converts ``data.squeeze()`` instead.
+
+    The wrapper lets the interpreter install its own ``__index__`` and then replaces it, through
+    the same launch-scoped setter, by one that converts any one-element array and raises as
+    before for anything larger. Idempotent; a triton without ``_patch_lang_tensor`` is left alone.
+    """
+    try:
+        import triton.runtime.interpreter as interp
+    except ImportError:
+        return
+    original = getattr(interp, "_patch_lang_tensor", None)
+    if not callable(original) or getattr(original, _PATCH_MARK, False):
+        return
+
+    def scalar_index(self):
+        data = np.asarray(self.handle.data)
+        return int(data.reshape(())) if data.size == 1 else int(data)  # int(data): NumPy's own error
+
+    @functools.wraps(original)
+    def _patch_lang_tensor(tensor, *args, **kwargs):
+        result = original(tensor, *args, **kwargs)
+        scope = args[0] if args else None
+        if hasattr(scope, "set_attr"):
+            scope.set_attr(tensor, "__index__", scalar_index)  # restored with the rest after the launch
+        else:
+            tensor.__index__ = scalar_index
+        return result
+
+    setattr(_patch_lang_tensor, _PATCH_MARK, True)
+    interp._patch_lang_tensor = _patch_lang_tensor
+
+
+def patch_interpreter() -> None:
+    """Every fix of this module: bf16 arithmetic, autotuning, scalars as ints. Call it after
+    setting TRITON_INTERPRET=1 and before the first launch. Idempotent."""
+    enable_bf16_arithmetic()
+    enable_autotuning()
+    enable_scalar_index()

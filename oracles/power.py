@@ -41,10 +41,9 @@ if not GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 if INTERPRETED:
-    from kernels.interpreter import enable_autotuning, enable_bf16_arithmetic
+    from kernels.interpreter import patch_interpreter
 
-    enable_bf16_arithmetic()
-    enable_autotuning()
+    patch_interpreter()
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402

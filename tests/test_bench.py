@@ -1,5 +1,6 @@
-"""kernels/bench.py without a GPU: the timer is a stub (do_bench needs CUDA), the cases are tiny,
-and what is tested is what the benchmark times and how it judges the goals -- the entry the judge
+"""kernels/bench.py with a stub timer (do_bench needs CUDA, and real times prove nothing here), on
+the suite's device (the CPU interpreter, or a GPU), the cases tiny: what is tested is what the
+benchmark times and how it judges the goals -- the entry the judge
 calls is timed even when it only dispatches among the bundled designs, and the goals are judged
 on it."""
 
@@ -27,18 +28,18 @@ def fake_timed(fn, sets, quick):
     return EAGER_US if fn is hc_head_reference else KERNEL_US
 
 
-def run_bench_op(monkeypatch, op):
+def run_bench_op(monkeypatch, op, device):
     monkeypatch.setattr(bench, "cases", lambda _: [("T=2", 2, True, tiny_hc_head), ("T=5", 5, False, tiny_hc_head)])
     monkeypatch.setattr(bench, "timed", fake_timed)
     args = argparse.Namespace(no_compile=True, no_rotate=True, quick=True)
     logged = []
     result = bench.bench_op(op, args, copy_bps=1e12, l2_bytes=2**20, deadline=math.inf, log=logged.append,
-                            device="cpu")
+                            device=device)
     return result, logged
 
 
-def test_the_dispatching_entry_is_timed_and_judged(monkeypatch):
-    result, logged = run_bench_op(monkeypatch, "hc_head")
+def test_the_dispatching_entry_is_timed_and_judged(monkeypatch, run_options):
+    result, logged = run_bench_op(monkeypatch, "hc_head", run_options.device)
     assert result["default"] == "entry"
     for row in result["rows"]:
         assert list(row["kernels"]) == ["entry", "per_token", "two_launch"]
@@ -52,27 +53,28 @@ def test_the_dispatching_entry_is_timed_and_judged(monkeypatch):
     assert goal.startswith("goal hc_head (entry): average x eager 10.00 (want >= 8: met)"), goal
 
 
-def test_an_entry_that_is_one_of_the_designs_is_not_timed_twice(monkeypatch):
+def test_an_entry_that_is_one_of_the_designs_is_not_timed_twice(monkeypatch, run_options):
     import kernels.hc_head as module
     monkeypatch.setattr(module, "hc_head", module.hc_head_two_launch)
-    result, _ = run_bench_op(monkeypatch, "hc_head")
+    result, _ = run_bench_op(monkeypatch, "hc_head", run_options.device)
     assert result["default"] == "two_launch"
     assert list(result["rows"][0]["kernels"]) == ["per_token", "two_launch"]
 
 
-def test_limit_probes_compute_what_they_claim():
+def test_limit_probes_compute_what_they_claim(run_options):
     """kernels/bench_limits.py's probe kernels (GPU timing only) on tiny inputs: the x-once
     kernel's y, and the buffer reader's cyclic sums."""
     from kernels.bench_limits import _read_buffer, _x_once
+    device = run_options.device
     T, hidden = 5, 40
-    x = torch.randn(T, 4, hidden).to(torch.bfloat16)
-    y = torch.empty(T, hidden, dtype=torch.bfloat16)
+    x = torch.randn(T, 4, hidden, device=device).to(torch.bfloat16)
+    y = torch.empty(T, hidden, dtype=torch.bfloat16, device=device)
     _x_once[(_cdiv(T, 4),)](x, x.stride(0), x.stride(1), y, T, hidden, BLOCK_T=4, BLOCK_D=16)
-    c = torch.tensor([0.3, 0.2, 0.1, 0.4])
+    c = torch.tensor([0.3, 0.2, 0.1, 0.4], device=device)
     expected = (x.float() * c[None, :, None]).sum(1)
     assert torch.allclose(y.float(), expected, **bench_tolerance())
-    buf = torch.arange(64, dtype=torch.float32)
-    out = torch.empty(2 * 16)
+    buf = torch.arange(64, dtype=torch.float32, device=device)
+    out = torch.empty(2 * 16, device=device)
     _read_buffer[(2,)](buf, out, 64, 3, BLOCK=16)
     walk = [(p + it * 2) * 16 % 64 for p in range(2) for it in range(3)]
     expected = torch.stack([torch.stack([buf[o:o + 16] for o in walk[p * 3:(p + 1) * 3]]).sum(0) for p in range(2)])
