@@ -45,15 +45,19 @@ def interpreter_active() -> bool:
 
 
 def interpreter_gap(error: BaseException) -> bool:
-    """The kernel raised because the CPU interpreter lacks a feature a GPU has (inline PTX via
-    tl.inline_asm_elementwise, ...): Triton's interpreter wraps it as InterpreterError from a
-    NotImplementedError."""
+    """The kernel raised because the CPU interpreter lacks a feature a GPU has: Triton's
+    interpreter wraps it as InterpreterError from a NotImplementedError (inline PTX via
+    tl.inline_asm_elementwise, ...) or from an AttributeError naming its InterpreterBuilder (a
+    builder method the GPU's builder has: Triton 3.6's interpreter has no get_bf16, so a bf16
+    tensor combined with a Python float constant cannot run there)."""
     if not interpreter_active():
         return False
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, NotImplementedError) and "interpreter" in str(error):
+            return True
+        if isinstance(error, AttributeError) and "'InterpreterBuilder' object has no attribute" in str(error):
             return True
         error = error.__cause__ or error.__context__
     return False

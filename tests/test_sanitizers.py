@@ -422,3 +422,25 @@ def test_what_the_interpreter_cannot_run_is_untrusted_not_failed():
     assert not verdict.failures(), verdict.render()
     compiled = verdict.check(GPU_COMPILE)
     assert compiled is not None and compiled.status == RISK and "gfx942" in compiled.message, verdict.render()
+
+
+def test_interpreter_builder_gaps_are_untrusted_and_kernel_errors_are_not(monkeypatch):
+    """interpreter_gap on the errors themselves: a builder method the interpreter lacks (Triton
+    3.6: get_bf16) is the interpreter's gap; an AttributeError of the kernel's own is not."""
+    from oracles import differential
+    from triton.runtime.errors import InterpreterError
+    monkeypatch.setattr(differential, "interpreter_active", lambda: True)
+
+    def wrapped(cause):
+        try:
+            raise InterpreterError(repr(cause)) from cause
+        except InterpreterError as e:
+            return e
+
+    gap = AttributeError("'InterpreterBuilder' object has no attribute 'get_bf16'")
+    own = AttributeError("'tensor' object has no attribute 'nonexistent'")
+    assert differential.interpreter_gap(wrapped(gap))
+    assert not differential.interpreter_gap(wrapped(own))
+    assert differential.interpreter_gap(wrapped(NotImplementedError("unsupported in the interpreter")))
+    monkeypatch.setattr(differential, "interpreter_active", lambda: False)
+    assert not differential.interpreter_gap(wrapped(gap))  # on a GPU nothing is the interpreter's
