@@ -15,9 +15,10 @@ Two designs of the same function (both fuzzed, see IMPLEMENTATIONS at the end):
 - `hc_head_per_token` (`hc_head` below 2048 tokens): one launch, one program per token, two
   passes over the token's row (the second from L2). Every program reads all of hc_fn (hc_mult *
   K float32: 458 KB for the model's hc_mult = 4, hidden = 7168), eight times the bytes of its
-  own row: at small T one program's bytes in flight bound it (T = 1: 21 us with 16 warps, 28
-  with 4), at large T L2 -> SM traffic (T = 8192: 497 us, about 1.2 TB/s; 2.2x faster with the
-  hc_fn loads removed). See per_token_config.
+  own row: at small T one program's bytes in flight bound it (T = 1: 12.7 us with 16 warps and
+  a tile prefetched ahead, 21 without the prefetch, 28 with 4 warps), at large T L2 -> SM
+  traffic (T = 8192: 497 us, about 1.2 TB/s; 2.2x faster with the hc_fn loads removed). See
+  per_token_config.
 - `hc_head_two_launch` (`hc_head` from 2048 tokens): launch 1 gives each program BLOCK_T tokens,
   one stream and one chunk of hidden, so each hc_fn row segment it loads serves BLOCK_T tokens;
   it writes float32 partial sums (hc_fn dot products and sum of squares) to a small buffer.
@@ -537,6 +538,20 @@ def per_token_config(T, hc_mult, hidden):
     so 16 warps and 16384-element tiles up to 256 tokens, 8 warps and 8192 beyond (hc_head
     switches to two launches at 2048). More than 4 warps asserts on some Enflame parts, which
     need a vendor file anyway (their grids are capped at 12 programs).
+
+    PREFETCH (the loads of the next tile issued before the FMAs of this one) at T = 1 only.
+    Measured on the same H200 (2026-11-30, 16 warps / 16384, CUDA-graph replay):
+
+        T             1      2      3      4      8      16     128    256    512    1024
+        prefetch      12.7   13.1   13.4   13.4   13.6   13.5   14.4   23.2   57.3   106.7 us
+        no prefetch   21.4   12.5   12.9   12.7   13.0   12.9   13.7   22.1   34.6   62.1
+
+    (512 and 1024 with their own 8-warp tiles.) A lone program waits on each tile's loads; from
+    T = 2 the programs run side by side and the extra registers of the tile in flight cost more
+    than they hide. Why the one-program launch is so much slower without the prefetch (21 us,
+    against 12.5 at T = 2, where each of two programs does the same work) is not established;
+    Triton specializes an integer argument equal to 1, so T = 1 compiles to its own binary.
+    The CPU fuzzer's T <= 6 runs both paths.
     """
     HC_PAD = _next_pow2(hc_mult)
     tile, num_warps = (16384, 16) if T <= 256 else (8192, 8)
@@ -640,9 +655,9 @@ def _two_launch(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps, y, cfg):
 
 # Measured on an H200 (2026-11-30, model shape; GPU time by CUDA-graph replay, then do_bench as the
 # judge times it): one program per token wins while hc_fn re-reads stay cheap and the launch is
-# one (T=1: 21 us vs 9 us of GPU time, but two launches cost ~60-70 us of host time, so do_bench
-# gives 22 us vs 100+ us; T=1024: 63 vs 55 us GPU, 64 vs 92 us do_bench); two launches win once
-# hc_fn traffic dominates (T=2048: 90 vs 118 us; T=8192: 301 vs 498 us).
+# one (T=1: 12.7 us vs 9 us of GPU time, but two launches cost ~60-70 us of host time, so do_bench
+# gives 13 us vs 33-100+ us; T=1024: 63 vs 55 us GPU, 64 vs 92 us do_bench); two launches win once
+# hc_fn traffic dominates (T=2048: 90 vs 116 us; T=8192: 301 vs 498 us).
 TWO_LAUNCH_MIN_TOKENS = 2048
 
 
