@@ -1,4 +1,6 @@
-"""bfloat16 arithmetic for Triton's CPU interpreter (``TRITON_INTERPRET=1``).
+"""Where Triton's CPU interpreter (``TRITON_INTERPRET=1``) differs from a GPU, and the fixes:
+bfloat16 arithmetic (below), ``@triton.autotune`` (``enable_autotuning``), scalars used as Python
+ints under Triton 3.6 (``enable_scalar_index``); ``patch_interpreter()`` applies all three.
 
 The gap
 -------
