@@ -27,9 +27,11 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 from kernels.loader import KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option  # noqa: E402
 from oracles.differential import RunOptions, run_case  # noqa: E402
-from oracles.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
+from oracles.failures import (Failure, failure_exception, failure_message, failure_signature, minimized,  # noqa: E402
+                              minimized_unsupported, record_fixture)
 from oracles.gate import ImplementationSummary, Tally, dumps, render_table, report_json  # noqa: E402
 from oracles.inflight import crashed_case_verdict, in_flight, inflight_dir  # noqa: E402
+from oracles.platform import suite_device  # noqa: E402
 from oracles.registry import OPS  # noqa: E402
 from oracles.verdict import FAIL as FAIL_STATUS  # noqa: E402
 
@@ -47,7 +49,8 @@ settings.register_profile("soak", max_examples=5000, deadline=None, print_blob=T
 settings.load_profile("dev")
 
 KERNELS = pytest.StashKey[dict]()          # op -> list[LoadedKernel] from --kernel
-FAILURE = pytest.StashKey[Failure]()       # the last failing case of a test (Hypothesis replays the shrunk one last)
+FAILURES = pytest.StashKey[dict]()         # signature -> the last failing case of that kind (Hypothesis replays
+                                           # each distinct bug's shrunk case last)
 
 
 def pytest_addoption(parser):
@@ -60,6 +63,7 @@ def pytest_addoption(parser):
     group.addoption("--judge-exact", action="store_true",
                     help="demand torch.topk's exact tie order on this device (default: a tie ordered "
                          "differently is a judge risk, not a failure)")
+
     group.addoption("--minimize-budget", type=float, default=20.0, metavar="SECONDS",
                     help="time for minimizing a failing case before its fixture is written (default 20)")
     group.addoption("--gate-budget", type=float, default=None, metavar="SECONDS",
@@ -145,7 +149,7 @@ def pin_xdist_worker_to_gpu():
 
 
 def device() -> str:
-    return "cuda" if GPU else "cpu"
+    return suite_device()
 
 
 def pytest_report_header(config):
@@ -182,6 +186,9 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(config, items):
+    # The beyond-2^31-element cases run last: a kernel whose offsets overflow can fault the GPU,
+    # and a faulted CUDA context fails whatever that process runs after it.
+    items.sort(key=lambda item: "beyond_int32" in getattr(item, "fixturenames", ()))
     selected_ops = set(config.stash[KERNELS])
     if not selected_ops:
         return
@@ -195,11 +202,18 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+def strict(config) -> bool:
+    """pytest's own --strict (strict markers, config, xfail) also makes `unsupported` findings --
+    clean refusals of valid inputs outside the judge domain -- fail the gate. pytest owns the
+    option name, so tritonfuzz reads it rather than adding a second one."""
+    return bool(config.getoption("strict", False))
+
+
 @pytest.fixture(scope="session")
 def run_options(request) -> RunOptions:
     gate = settings._current_profile == "gate"
     return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"),
-                      determinism=gate, portability=gate)
+                      strict=strict(request.config), determinism=gate, portability=gate)
 
 
 # Which tally a test's verdicts go to (oracles/gate.py KINDS); every other property is "fuzz".
@@ -207,18 +221,27 @@ TEST_KINDS = {"test_judge_cases": "judge", "test_fixture_replays": "fixture"}
 
 
 @pytest.fixture
-def soak_gpu(run_options):
-    """Cases beyond 2^31 elements: minutes of GPU memory traffic, so only under the soak profile
-    on a GPU; the CPU interpreter could not run them at all."""
+def beyond_int32(request, run_options):
+    """A case beyond 2^31 elements (32-bit offsets overflow) runs on a GPU in every gate (--kernel)
+    and under the soak profile, when the GPU has the memory: `need_bytes(n)` skips with the reason
+    otherwise. The CPU interpreter could not run it at all."""
     if run_options.device != "cuda":
         pytest.skip("beyond-2^31-element case: GPU only (the interpreter would take hours)")
-    if settings._current_profile != "soak":
-        pytest.skip("beyond-2^31-element case: runs under --hypothesis-profile soak")
+    if not request.config.stash[KERNELS] and settings._current_profile != "soak":
+        pytest.skip("beyond-2^31-element case: runs in a gate (--kernel) or under --hypothesis-profile soak")
+
+    def need_bytes(n: int) -> None:
+        free, _ = torch.cuda.mem_get_info()
+        if free < n:
+            pytest.skip(f"beyond-2^31-element case: needs {n / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
+    return need_bytes
 
 
 class Fuzz:
-    """What a property calls: run the case; tally the verdict for the gate; on failure remember
-    the case and raise a standalone message. Drawn cases stop running past --gate-budget."""
+    """What a property calls: run the case; tally the verdict for the gate; write a fixture for
+    each new unsupported input class; on failure remember the case under its signature and raise
+    an exception of that signature, so that Hypothesis shrinks and reports each distinct bug
+    separately. Drawn cases stop running past --gate-budget."""
 
     def __init__(self, node, options: RunOptions, *, budget_s, case_timeout_s, kind):
         self.node, self.options, self.kind = node, options, kind
@@ -229,20 +252,48 @@ class Fuzz:
 
     def check(self, case, implementation):
         __tracebackhide__ = True
-        if self.tally is None:
-            self.tally = Tally(implementation.op, implementation.name, self.kind, judge_exact=self.options.judge_exact)
+        self._start(implementation)
         if self.kind == "fuzz" and self.budget_s is not None and time.monotonic() - self.started > self.budget_s:
             self.tally.budget_exhausted = True
             return None  # graceful stop: the remaining examples cost only their draws
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
                        timeout_s=self.case_timeout_s):
             verdict = run_case(implementation.op, implementation.fn, case, self.options)
-        self.tally.add(verdict)
+        return self.record(case, implementation, verdict)
+
+    def record(self, case, implementation, verdict):
+        """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it."""
+        __tracebackhide__ = True
+        self._start(implementation)
+        self.tally.add(verdict, case.summary())
+        for finding in verdict.unsupported():
+            if self.tally.is_new_unsupported(finding.kind):
+                self.unsupported_fixture(case, implementation, verdict, finding.kind)
         self.progress()
-        if verdict.failures(judge_exact=self.options.judge_exact):
-            self.node.stash[FAILURE] = Failure(case, implementation, verdict, self.options)
-            raise KernelCheckFailed(failure_message(case, implementation, verdict, self.options))
+        if verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict):
+            failure = Failure(case, implementation, verdict, self.options)
+            signature = failure_signature(failure)
+            self.node.stash.setdefault(FAILURES, {})[signature] = failure
+            raise failure_exception(signature)(failure_message(case, implementation, verdict, self.options))
         return verdict
+
+    def _start(self, implementation):
+        if self.tally is None:
+            self.tally = Tally(implementation.op, implementation.name, self.kind,
+                               judge_exact=self.options.judge_exact, strict=self.options.strict)
+
+    def unsupported_fixture(self, case, implementation, verdict, input_class):
+        """A clean refusal outside the judge domain: not a failure, so Hypothesis does not shrink it;
+        a short minimization keeps the refusal, and the fixture says how to replay it."""
+        config = self.node.config
+        failure = Failure(case, implementation, verdict, self.options)
+        small = minimized_unsupported(failure, input_class, budget_s=min(5.0, config.getoption("minimize_budget")))
+        root = Path(config.getoption("regressions_dir"))
+        path, replay = record_fixture(small, root, kernel_option=kernel_option_for(config, implementation),
+                                      custom_root=root.resolve() != (ROOT / "tests" / "regressions").resolve(),
+                                      findings=small.verdict.unsupported())
+        entry = self.tally.unsupported[input_class]
+        entry["fixture"], entry["replay"] = str(path), replay
 
     def progress(self, every_s: float = 30.0):
         """On long runs, a line per test every 30 s on the real stderr (captured output hides it)."""
@@ -281,22 +332,23 @@ def pytest_runtest_makereport(item, call):
     fuzz = item.funcargs.get("fuzz") if call.when == "call" and hasattr(item, "funcargs") else None
     if fuzz is not None and fuzz.tally is not None:
         report.user_properties.append(("tritonfuzz_tally", fuzz.tally.to_json()))
-    failure = item.stash.get(FAILURE, None)
-    if call.when != "call" or not report.failed or failure is None:
+    failures = item.stash.get(FAILURES, {})
+    if call.when != "call" or not report.failed or not failures:
         return
-    del item.stash[FAILURE]
-    small = minimized(failure, budget_s=item.config.getoption("minimize_budget"))
-    if not small.verdict.failures(judge_exact=small.options.judge_exact):
-        small = failure  # flaky under replay (a race?): keep the original case
+    del item.stash[FAILURES]
     root = Path(item.config.getoption("regressions_dir"))
-    path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
-                                  custom_root=root.resolve() != (ROOT / "tests" / "regressions").resolve())
-    text = (f"minimized to: {small.case.summary()}\n{small.verdict.render()}\n"
-            f"fixture: {path}\nreplay:  {replay}")
-    report.sections.append(("tritonfuzz regression fixture", text))
-    report.user_properties.append(("tritonfuzz_fixture", {
-        "op": failure.implementation.op, "implementation": failure.implementation.name,
-        "path": str(path), "replay": replay}))
+    for signature, failure in failures.items():  # one fixture per distinct bug
+        small = minimized(failure, budget_s=item.config.getoption("minimize_budget"))
+        if not small.verdict.failures(judge_exact=small.options.judge_exact, strict=small.options.strict):
+            small = failure  # flaky under replay (a race?): keep the original case
+        path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
+                                      custom_root=root.resolve() != (ROOT / "tests" / "regressions").resolve())
+        text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{small.verdict.render()}\n"
+                f"fixture: {path}\nreplay:  {replay}")
+        report.sections.append((f"tritonfuzz regression fixture ({signature})", text))
+        report.user_properties.append(("tritonfuzz_fixture", {
+            "op": failure.implementation.op, "implementation": failure.implementation.name,
+            "path": str(path), "replay": replay, "bug": signature}))
 
 
 class GateSummary:
@@ -311,7 +363,7 @@ class GateSummary:
     def summary(self, op: str, name: str) -> ImplementationSummary:
         key = (op, name)
         if key not in self.summaries:
-            self.summaries[key] = ImplementationSummary(op, name)
+            self.summaries[key] = ImplementationSummary(op, name, strict=strict(self.config))
         return self.summaries[key]
 
     def pytest_runtest_logreport(self, report):
@@ -329,7 +381,7 @@ class GateSummary:
             if name == "tritonfuzz_tally":
                 self.summary(value["op"], value["implementation"]).merge_tally(value, passed=report.passed)
             elif name == "tritonfuzz_fixture":
-                entry = {"path": value["path"], "replay": value["replay"]}
+                entry = {"path": value["path"], "replay": value["replay"], "bug": value.get("bug", "")}
                 fixtures = self.summary(value["op"], value["implementation"]).new_fixtures
                 if entry not in fixtures:  # the same minimized case can come from several tests
                     fixtures.append(entry)

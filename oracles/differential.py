@@ -27,7 +27,7 @@ from oracles.gpu_compile import GPU_COMPILE, gpu_compile_check
 from oracles.registry import get_op
 from oracles.sanitizers import (SANITIZER_CHECKS, determinism_check, inputs_unchanged_check, launch_check,
                                 poison_check, red_zone_check, run_kernel)
-from oracles.verdict import FAIL, UNTRUSTED, Check, Verdict
+from oracles.verdict import FAIL, UNSUPPORTED, UNTRUSTED, Check, Verdict
 from strategies.case import Case
 
 
@@ -35,6 +35,7 @@ from strategies.case import Case
 class RunOptions:
     device: str = "cpu"
     judge_exact: bool = False  # tie order must equal torch.topk's on this device
+    strict: bool = False       # an unsupported input (clean refusal outside the judge domain) fails
     sanitize: bool = True      # red zones, poison, launch check around the kernel call
     determinism: bool = False  # run the case twice and demand the same bits (doubles the cost)
     portability: bool = False  # gpu-compile also for the AMD-class target (another compile per spec)
@@ -72,7 +73,39 @@ def call_kernel(fn, inputs: dict) -> tuple:
 def raised_message(e: BaseException) -> str:
     frames = traceback.extract_tb(e.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    return f"raised {type(e).__name__}: {e}{where} (on a valid case)"
+    text = " ".join(str(e).split())
+    text = text if len(text) <= 500 else text[:500] + " ..."
+    return f"raised {type(e).__name__}: {text}{where} (on a valid case)"
+
+
+# Errors that are faults of the device or the process, never a kernel's deliberate refusal.
+_FAULT_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
+                  "CUDA error", "HIP error", "an illegal instruction", "out of memory")
+
+
+def clean_refusal(error: BaseException) -> bool:
+    """A Python exception the wrapper raised on its own terms (assert, ValueError,
+    NotImplementedError, a Triton compile error for an unsupported shape...), not a device fault,
+    an out-of-memory or an interpreter crash."""
+    if isinstance(error, (MemoryError, RecursionError)) or type(error).__name__ == "AcceleratorError":
+        return False
+    text = str(error)
+    return not any(marker in text for marker in _FAULT_MARKERS)
+
+
+def refusal_check(op_name: str, case: Case, error: BaseException | None, problem: str) -> Check:
+    """The kernel raised (or returned the wrong number of outputs). Inside the op's judge domain
+    that is a failure: the judge sends such inputs. Outside it, a clean refusal is `unsupported`
+    (the input class as its kind); a device fault or a wrong return stays a failure."""
+    outside = get_op(op_name).oracle.judge_domain_violations(case)
+    if error is None or not outside:
+        where = "" if error is None else " inside the judge's domain (the competition sends such inputs)"
+        return Check("contract", FAIL, problem + where)
+    if not clean_refusal(error):
+        return Check("contract", FAIL, f"{problem} -- a fault, not a clean refusal")
+    return Check("contract", UNSUPPORTED, f"{problem}; this input is outside the judge's domain "
+                                          f"({', '.join(outside)}): a clean refusal, reported, not a failure",
+                 kind=", ".join(outside))
 
 
 def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
@@ -90,7 +123,7 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
             if options.sanitize and run.launch_specs:  # whether a GPU can compile it, this run can still say
                 verdict.add(gpu_compile_check(run.launch_specs, portability=options.portability))
         else:
-            verdict.add(Check("contract", FAIL, problem))
+            verdict.add(refusal_check(op_name, case, run.error, problem))
         for check in (red_zone_check(run, {}), inputs_unchanged_check(run, case)):
             if check.status == FAIL:
                 verdict.add(check)

@@ -1,4 +1,5 @@
-"""What happens to a failing case: a standalone message, minimization, a fixture, a replay command."""
+"""What happens to a failing case: its signature (which bug it is), a standalone message,
+minimization, a fixture, a replay command."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from kernels.loader import Implementation
 from oracles.differential import RunOptions, run_case
 from oracles.registry import get_op
-from oracles.verdict import Verdict
+from oracles.verdict import Check, Verdict
 from strategies.case import Case
 from strategies.fixtures import fixture_path, write_fixture
 from strategies.minimize import minimize
@@ -16,6 +17,35 @@ from strategies.minimize import minimize
 
 class KernelCheckFailed(AssertionError):
     """A verdict with failing checks; the message stands alone."""
+
+
+# Which check names a failure first, when a case fails several: memory and launch faults before
+# contract, the choice before the values computed from it, the values before the judge's verdict.
+PRIMARY_ORDER = ("launch", "red-zone", "poison", "inputs-unchanged", "gpu-compile", "contract", "indices",
+                 "specials", "accuracy", "judge", "determinism")
+_SIGNATURE_TYPES: dict[str, type] = {}
+
+
+def failure_signature(failure: "Failure") -> str:
+    """Which bug a failing case shows: its primary failing check and its input class (inside the
+    judge domain, or which ways it lies outside). Cases of one signature are the same bug to
+    Hypothesis; distinct signatures are shrunk, reported and saved as fixtures separately."""
+    names = {c.name for c in failure.verdict.failures(judge_exact=failure.options.judge_exact,
+                                                      strict=failure.options.strict)}
+    primary = next((n for n in PRIMARY_ORDER if n in names), min(names) if names else "?")
+    outside = get_op(failure.implementation.op).oracle.judge_domain_violations(failure.case)
+    where = "judge domain" if not outside else "outside the judge domain: " + ", ".join(
+        sorted({v.split("=")[0] for v in outside}))
+    return f"{primary} ({where})"
+
+
+def failure_exception(signature: str) -> type:
+    """A KernelCheckFailed subclass per signature: Hypothesis tells bugs apart by exception type
+    and raise site, so one bug never hides the next (each is shrunk and reported on its own)."""
+    if signature not in _SIGNATURE_TYPES:
+        name = "KernelCheckFailed_" + "".join(ch if ch.isalnum() else "_" for ch in signature).strip("_")
+        _SIGNATURE_TYPES[signature] = type(name, (KernelCheckFailed,), {"signature": signature})
+    return _SIGNATURE_TYPES[signature]
 
 
 @dataclass
@@ -27,11 +57,11 @@ class Failure:
 
     @property
     def check_names(self) -> set[str]:
-        return {c.name for c in self.verdict.failures(judge_exact=self.options.judge_exact)}
+        return {c.name for c in self.verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict)}
 
 
 def failure_message(case: Case, impl: Implementation, verdict: Verdict, options: RunOptions) -> str:
-    failing = verdict.failures(judge_exact=options.judge_exact)
+    failing = verdict.failures(judge_exact=options.judge_exact, strict=options.strict)
     head = f"{impl.op} / {impl.name}: {len(failing)} check(s) failed ({', '.join(c.name for c in failing)}) on {options.device}"
     label = f"\ncase {case.label}" if case.label else ""
     return f"{head}{label}\ncase: {case.summary()}\nfeatures: {', '.join(sorted(case.features)) or '-'}\n{verdict.render()}"
@@ -43,8 +73,29 @@ def still_fails(failure: Failure, candidate: Case) -> bool:
         verdict = run_case(failure.implementation.op, failure.implementation.fn, candidate, failure.options)
     except Exception:
         return False  # a move that breaks the case (or the harness) is not a smaller failure
-    names = {c.name for c in verdict.failures(judge_exact=failure.options.judge_exact)}
+    names = {c.name for c in verdict.failures(judge_exact=failure.options.judge_exact, strict=failure.options.strict)}
     return bool(names & failure.check_names)
+
+
+def still_refused(failure: Failure, input_class: str, candidate: Case) -> bool:
+    """Does `candidate` still get an unsupported finding of `input_class`?"""
+    try:
+        verdict = run_case(failure.implementation.op, failure.implementation.fn, candidate, failure.options)
+    except Exception:
+        return False
+    return any(c.kind == input_class for c in verdict.unsupported())
+
+
+def minimized_unsupported(failure: Failure, input_class: str, *, budget_s: float) -> Failure:
+    """A smaller case the kernel still refuses for the same input class (structural moves only:
+    the refusal depends on shapes and forms, not values)."""
+    strategies = get_op(failure.implementation.op).strategies
+    case = minimize(failure.case, lambda c: still_refused(failure, input_class, c),
+                    smaller_cases=strategies.smaller_cases, budget_s=budget_s, values=False)
+    if case is failure.case:
+        return failure
+    verdict = run_case(failure.implementation.op, failure.implementation.fn, case, failure.options)
+    return Failure(case, failure.implementation, verdict, failure.options)
 
 
 def minimized(failure: Failure, *, budget_s: float) -> Failure:
@@ -64,16 +115,20 @@ def replay_command(path: Path, impl: Implementation | None, kernel_option: str |
     return f"pytest{kernel}{where}{exact} tests/test_regressions.py -k {path.stem}"
 
 
-def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None,
-                   custom_root: bool = False) -> tuple[Path, str]:
-    """Write the failure as a fixture; return its path and the command that replays it."""
+def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None, custom_root: bool = False,
+                   findings: list[Check] | None = None) -> tuple[Path, str]:
+    """Write the failure (or, given `findings`, those checks: e.g. an unsupported input) as a
+    fixture; return its path and the command that replays it."""
     case = failure.case
     replay = replay_command(fixture_path(root, case), failure.implementation, kernel_option,
                             str(root) if custom_root else None, judge_exact=failure.options.judge_exact)
-    failing = failure.verdict.failures(judge_exact=failure.options.judge_exact)
+    failing = findings if findings is not None else failure.verdict.failures(
+        judge_exact=failure.options.judge_exact, strict=failure.options.strict)
     impl = failure.implementation
     meta = {
-        "failure": {"checks": [c.name for c in failing], "message": failure.verdict.render()},
+        "failure": {"checks": [c.name for c in failing], "message": failure.verdict.render(),
+                    "severity": "unsupported" if findings is not None and all(c.status == "unsupported" for c in failing)
+                    else "fail"},
         "kernel": {"name": impl.name, "path": str(impl.path) if impl.path else None, "sha256": impl.sha256},
         "device": failure.options.device,
         "judge_exact": failure.options.judge_exact,

@@ -13,11 +13,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from oracles.verdict import FAIL, PASS, RISK, SKIP, UNTRUSTED, Verdict
+from oracles.verdict import FAIL, RISK, RISK_KINDS, RISK_MEANING, STATUSES, TIE, UNSUPPORTED, UNTRUSTED, Verdict
 
-STATUSES = (PASS, FAIL, RISK, SKIP, UNTRUSTED)
-MAX_RISKS = 10
-REPORT_FORMAT = 1
+MAX_RISKS_PER_KIND = 3   # example messages kept per risk kind (all are counted)
+MAX_MESSAGE = 600        # characters of a risk or refusal message kept in the report
+REPORT_FORMAT = 2
 
 # Where a tally comes from, by test: drawn cases, the judge's fixed cases, the fixture corpus.
 KINDS = ("fuzz", "judge", "fixture", "static")
@@ -30,22 +30,41 @@ class Tally:
     kind: str
     examples: int = 0
     checks: dict = field(default_factory=lambda: defaultdict(Counter))
-    risks: list = field(default_factory=list)
+    risk_counts: Counter = field(default_factory=Counter)   # cases with a risk of each kind
+    risks: list = field(default_factory=list)               # {kind, check, message}, a few per kind
+    unsupported: dict = field(default_factory=dict)         # input class -> {input_class, message, count, ...}
     budget_exhausted: bool = False
     judge_exact: bool = False
+    strict: bool = False
 
-    def add(self, verdict: Verdict) -> None:
+    def add(self, verdict: Verdict, case_summary: str = "") -> None:
         self.examples += 1
         for check in verdict.checks:
-            status = FAIL if (self.judge_exact and check.status == RISK) else check.status
+            status = check.status
+            if (self.judge_exact and status == RISK and check.kind == TIE) or (self.strict and status == UNSUPPORTED):
+                status = FAIL
             self.checks[check.name][status] += 1
-            if check.status == RISK and len(self.risks) < MAX_RISKS and check.message not in self.risks:
-                self.risks.append(check.message)
+        for kind in dict.fromkeys(c.kind for c in verdict.risks()):
+            self.risk_counts[kind] += 1
+        for check in verdict.risks():
+            if sum(r["kind"] == check.kind for r in self.risks) < MAX_RISKS_PER_KIND:
+                self.risks.append({"kind": check.kind, "check": check.name, "message": check.message[:MAX_MESSAGE],
+                                   "case": case_summary[:MAX_MESSAGE]})
+        for check in verdict.unsupported():
+            entry = self.unsupported.setdefault(check.kind, {
+                "input_class": check.kind, "message": check.message[:MAX_MESSAGE], "case": case_summary[:MAX_MESSAGE],
+                "count": 0, "fixture": None, "replay": None})
+            entry["count"] += 1
+
+    def is_new_unsupported(self, input_class: str) -> bool:
+        entry = self.unsupported.get(input_class)
+        return entry is not None and entry["count"] == 1
 
     def to_json(self) -> dict:
         return {"op": self.op, "implementation": self.implementation, "kind": self.kind,
                 "examples": self.examples, "checks": {k: dict(v) for k, v in self.checks.items()},
-                "risks": self.risks, "budget_exhausted": self.budget_exhausted}
+                "risk_counts": dict(self.risk_counts), "risks": self.risks,
+                "unsupported": list(self.unsupported.values()), "budget_exhausted": self.budget_exhausted}
 
 
 @dataclass
@@ -58,7 +77,10 @@ class ImplementationSummary:
     examples: Counter = field(default_factory=Counter)
     checks: dict = field(default_factory=lambda: defaultdict(Counter))
     judge_official: Counter = field(default_factory=Counter)
+    risk_counts: Counter = field(default_factory=Counter)
     risks: list = field(default_factory=list)
+    unsupported: dict = field(default_factory=dict)
+    strict: bool = False
     budget_exhausted: bool = False
     static_findings: list = field(default_factory=list)
     new_fixtures: list = field(default_factory=list)
@@ -69,7 +91,15 @@ class ImplementationSummary:
         self.examples[tally["kind"]] += tally["examples"]
         for name, counts in tally["checks"].items():
             self.checks[name].update(counts)
-        self.risks += [r for r in tally["risks"] if r not in self.risks][: MAX_RISKS - len(self.risks)]
+        self.risk_counts.update(tally["risk_counts"])
+        for risk in tally["risks"]:
+            if sum(r["kind"] == risk["kind"] for r in self.risks) < MAX_RISKS_PER_KIND:
+                self.risks.append(risk)
+        for entry in tally["unsupported"]:
+            mine = self.unsupported.setdefault(entry["input_class"], {**entry, "count": 0})
+            mine["count"] += entry["count"]
+            if mine["fixture"] is None and entry["fixture"]:
+                mine["fixture"], mine["replay"] = entry["fixture"], entry["replay"]
         self.budget_exhausted |= tally["budget_exhausted"]
         if tally["kind"] == "judge":
             self.judge_official["passed" if passed else "failed"] += 1
@@ -87,7 +117,7 @@ class ImplementationSummary:
     @property
     def verdict(self) -> str:
         failed = self.tests_failed or self.crashes or any(c[FAIL] for c in self.checks.values()) or \
-            any(f["severity"] == "error" for f in self.static_findings)
+            any(f["severity"] == "error" for f in self.static_findings) or (self.strict and self.unsupported)
         return "FAIL" if failed else "PASS"
 
     def to_json(self, budget_s) -> dict:
@@ -98,7 +128,9 @@ class ImplementationSummary:
             "budget": {"seconds": budget_s, "exhausted": self.budget_exhausted},
             "checks": {name: {s: counts.get(s, 0) for s in STATUSES} for name, counts in sorted(self.checks.items())},
             "judge_official": {k: self.judge_official.get(k, 0) for k in ("passed", "failed", "skipped")},
-            "judge_risks": self.risks,
+            "risk_counts": {kind: self.risk_counts[kind] for kind in RISK_KINDS if self.risk_counts[kind]},
+            "risks": self.risks,
+            "unsupported": sorted(self.unsupported.values(), key=lambda e: -e["count"]),
             "static_findings": self.static_findings,
             "new_fixtures": self.new_fixtures,
             "crashes": self.crashes,
@@ -117,11 +149,26 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
     lines.append(f"  examples: {fuzz} drawn{budget}, {s.examples.get('judge', 0)} judge cases, "
                  f"{s.examples.get('fixture', 0)} fixtures replayed")
     j = s.judge_official
-    lines.append(f"  judge on its official cases: {'FAIL' if j['failed'] else 'PASS'} "
+    ran = j["passed"] + j["failed"]
+    judged = "FAIL" if j["failed"] else "PASS" if ran else "NOT RUN"
+    lines.append(f"  judge on its official cases: {judged} "
                  f"({j['passed']} passed, {j['failed']} failed, {j['skipped']} skipped)")
-    if s.risks:
-        lines.append(f"  judge risks ({len(s.risks)}): correct, but the judge may still reject these inputs:")
-        lines += [f"    - {r}" for r in s.risks]
+    if s.risk_counts:
+        counts = ", ".join(f"{kind} {s.risk_counts[kind]}" for kind in RISK_KINDS if s.risk_counts[kind])
+        lines.append(f"  risks (cases, by kind; reported, not failures): {counts}")
+        for kind in RISK_KINDS:
+            examples = [r for r in s.risks if r["kind"] == kind]
+            if examples:
+                lines.append(f"    {kind}: {RISK_MEANING[kind]}; e.g.")
+                lines += [f"      - [{r['check']}] {_short(r['message'])}" for r in examples[:2]]
+    if s.unsupported:
+        verdict = "each fails the gate under --strict" if s.strict else "reported, not failures (--strict fails them)"
+        lines.append(f"  unsupported inputs ({len(s.unsupported)} input class(es), clean refusals outside the judge's "
+                     f"domain; {verdict}):")
+        for e in sorted(s.unsupported.values(), key=lambda e: -e["count"]):
+            lines.append(f"    - {e['input_class']}: {e['count']} case(s): {_short(e['message'])}")
+            if e["fixture"]:
+                lines.append(f"      fixture: {e['fixture']}\n      replay: {e['replay']}")
     errors = sum(f["severity"] == "error" for f in s.static_findings)
     lines.append(f"  static findings: {errors} error(s), {len(s.static_findings) - errors} other")
     lines += [f"    {f['path']}:{f['line']}:{f['col']}: {f['severity']} [{f['rule']}] {f['message']}"
@@ -134,6 +181,11 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
         lines += [f"    {f['path']}\n      replay: {f['replay']}" for f in s.new_fixtures]
     lines += [f"  note: {n}" for n in s.all_notes()]
     return "\n".join(lines)
+
+
+def _short(text: str, limit: int = 240) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def report_json(summaries, *, device: str, profile: str, budget_s) -> dict:

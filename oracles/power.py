@@ -67,6 +67,7 @@ from hypothesis.errors import InvalidArgument  # noqa: E402
 from kernels.loader import Implementation, load_kernel  # noqa: E402
 from oracles.differential import RunOptions, call_kernel, raised_message, run_case  # noqa: E402
 from oracles.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
+from oracles.platform import suite_device  # noqa: E402
 from oracles.registry import OPS, get_op  # noqa: E402
 from oracles.tolerances import KERNELBENCH_TOLERANCE  # noqa: E402
 from oracles.verdict import FAIL, judge_check  # noqa: E402
@@ -84,7 +85,7 @@ CPU_MAX_JUDGE_ELEMENTS = 400_000
 
 
 def device() -> str:
-    return "cuda" if GPU else "cpu"
+    return suite_device()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,7 +278,7 @@ class BaselineResult:
 
 def feasible_judge_cases(op: str, device_name: str) -> list[Case]:
     """strategies.<op>.judge_cases(); on the CPU interpreter without the bench-size ones."""
-    cases = get_op(op).strategies.judge_cases()
+    cases = get_op(op).strategies.judge_cases(device_name)
     if device_name == "cpu":
         cases = [c for c in cases if sum(t.numel() for t in c.tensors().values()) <= CPU_MAX_JUDGE_ELEMENTS]
     return cases

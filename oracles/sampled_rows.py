@@ -3,35 +3,44 @@
 Both ops compute every token independently, so the kernel's output rows for tokens t1, t2, ...
 must equal what the op gives on a small case made of those tokens alone. The big case is built
 on the GPU, the kernel runs on all of it, and the verdict looks at the first and the last
-tokens — the ones whose addresses need more than 32 bits.
+tokens -- the ones whose addresses need more than 32 bits. A raise is judged like any other
+(oracles/differential.py refusal_check: the big case lies outside the judge domain, so a clean
+refusal is `unsupported`, a device fault a failure).
 """
 
 from __future__ import annotations
 
 import torch
 
+from oracles.differential import raised_message, refusal_check
 from oracles.registry import get_op
-from oracles.verdict import Check, FAIL, Verdict
+from oracles.verdict import FAIL, Check, Verdict
 from strategies.case import Case
 
 
-def sampled_row_verdict(op_name: str, fn, inputs: dict, rows: list[int], *, judge_exact: bool = False) -> Verdict:
-    op = get_op(op_name)
-    oracle = op.oracle
-    raw = fn(**inputs)
-    torch.cuda.synchronize()
-    raw = raw if isinstance(raw, tuple) else (raw,)
-    verdict = Verdict()
-    if len(raw) != len(oracle.OUTPUT_NAMES):
-        verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(oracle.OUTPUT_NAMES)}"))
-        return verdict
-    index = torch.tensor(rows, device=raw[0].device)
+def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
+                     judge_exact: bool = False) -> tuple[Case, Verdict]:
+    """(the small case of `rows`, labelled with the big shape; the verdict on those rows)."""
+    oracle = get_op(op_name).oracle
+    shape = "x".join(map(str, next(v for k, v in inputs.items() if k in oracle.ROW_INPUTS).shape))
+    index = torch.tensor(rows, device="cuda")
     small_inputs = {k: (v.index_select(0, index).cpu() if k in oracle.ROW_INPUTS else
                         v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    case = Case(op_name, small_inputs, frozenset({"beyond-int32"}), f"rows {rows} of a {tuple(raw[0].shape)} output")
-    outputs = {name: out.index_select(0, index).cpu() for name, out in zip(oracle.OUTPUT_NAMES, raw)}
+    case = Case(op_name, small_inputs, frozenset({"beyond-int32"}), f"rows {rows} of a [{shape}] input")
+    verdict = Verdict()
+    try:
+        raw = fn(**inputs)
+        torch.cuda.synchronize()
+    except Exception as e:  # judged against the big case's shape: that is what the kernel refused
+        verdict.add(refusal_check(op_name, Case(op_name, inputs), e, f"[{shape}] input: {raised_message(e)}"))
+        return case, verdict
+    raw = raw if isinstance(raw, tuple) else (raw,)
+    if len(raw) != len(oracle.OUTPUT_NAMES):
+        verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(oracle.OUTPUT_NAMES)}"))
+        return case, verdict
+    outputs = {name: out.index_select(0, index.to(out.device)).cpu() for name, out in zip(oracle.OUTPUT_NAMES, raw)}
     reference = dict(zip(oracle.OUTPUT_NAMES, (lambda r: r if isinstance(r, tuple) else (r,))(
         oracle.reference(**case.to("cpu")))))
     for check in oracle.verdict_checks(case, outputs, reference, judge_exact=judge_exact):
         verdict.add(check)
-    return verdict
+    return case, verdict

@@ -110,14 +110,18 @@ def _special_feature(value: float) -> str:
 
 
 def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
-    """The judge's seven cases, drawn as its test file draws them: randn on a generator seeded 0 on
-    the device, float32 then cast to bf16; hc_fn = 0.02 randn, hc_base = 0.1 randn."""
+    """The judge's seven cases, built as its test file builds them (tests/test_hc_head.py of
+    flagos-ai/FlagGems-sglang): on the chip under test, one torch.Generator(device).manual_seed(0)
+    a case drawing, in order, x = randn(T, hc_mult, hidden) float32 cast to bf16, hc_fn =
+    randn(hc_mult, hc_mult * hidden) * 0.02, hc_base = 0.1 randn(hc_mult); hc_scale = [1.5],
+    norm_eps 1e-6, hc_eps 1e-3. CUDA and CPU generators draw different numbers: build them on the
+    device the kernel runs on. The Case keeps CPU copies; Case.to(device) puts every tensor back."""
     cases = []
     for T, h, H in JUDGE_SHAPES:
         gen = torch.Generator(device=device).manual_seed(0)
-        x = torch.randn(T, h, H, generator=gen, device=device).to(torch.bfloat16)
-        hc_fn = 0.02 * torch.randn(h, h * H, generator=gen, device=device)
-        hc_base = 0.1 * torch.randn(h, generator=gen, device=device)
+        x = torch.randn(T, h, H, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
+        hc_fn = torch.randn(h, h * H, generator=gen, device=device, dtype=torch.float32) * 0.02
+        hc_base = 0.1 * torch.randn(h, generator=gen, device=device, dtype=torch.float32)
         cases.append(Case(OP, {
             "x": x.cpu(), "hc_fn": hc_fn.cpu(), "hc_scale": torch.tensor([1.5]), "hc_base": hc_base.cpu(),
             "norm_eps": 1e-6, "hc_eps": 1e-3,

@@ -17,11 +17,13 @@ mpmath.mp.dps = 50
 @given(case=hc_head_cases(min_tokens=1, max_tokens=4, max_hidden=300))
 @settings(max_examples=60)
 def test_hc_head_reference_within_bound_of_oracle64(case):
-    """The task's float32 reference is a correct float32 evaluation: it must pass the accuracy
-    check (on tokens where the float32 reference does not overflow internally)."""
+    """The task's float32 reference is a correct float32 evaluation: it passes the accuracy
+    check, except on degenerate tokens (its own normalizer over- or underflows), which are a
+    risk of that kind -- never a failure, and never `ftz` (the CPU reference keeps subnormals)."""
     ref = hc_oracle.reference(**case.inputs)
     checks = {c.name: c for c in hc_oracle.verdict_checks(case, {"y": ref}, {"y": ref})}
-    assert checks["accuracy"].status == "pass", checks["accuracy"].message
+    accuracy = checks["accuracy"]
+    assert accuracy.status == "pass" or (accuracy.status == "risk" and accuracy.kind == "degenerate"), str(accuracy)
 
 
 @pytest.mark.parametrize("case", judge_cases()[:4], ids=lambda c: c.label)
@@ -275,10 +277,10 @@ def test_sgtr_accuracy_bound_is_not_loose(dtype, eps_off):
 
 
 @sgtr
-def test_sgtr_underflowing_row_is_a_judge_risk_not_a_failure():
+def test_sgtr_underflowing_row_is_an_ftz_risk_not_a_failure():
     """Every active logit in (-103, -87): float32 sigmoids are subnormal, so the CPU reference has
     finite weights while a GPU kernel that flushes subnormals gets 0/0 = NaN. Both are float32
-    evaluations of the same row: specials and accuracy pass, the judge reports a risk."""
+    evaluations of the same row: specials and the judge report an `ftz` risk, nothing fails."""
     case = sgtr_case(logits=torch.tensor([[-88.0, -88.5, -95.0, -88.25]]), k=2, n_shared_experts=1,
                      bias=torch.zeros(3))
     reference = dict(zip(sgtr_oracle.OUTPUT_NAMES, sgtr_oracle.reference(**case.inputs)))
@@ -286,4 +288,9 @@ def test_sgtr_underflowing_row_is_a_judge_risk_not_a_failure():
     flushed = {**reference, "routed_w": torch.full((1, 2), math.nan), "shared_w": torch.full((1, 1), math.nan)}
     checks, verdict = sgtr_checks(case, outputs=flushed)
     assert not verdict.failures(), verdict.render()
-    assert checks["judge"].status == "risk" and "FLT_MIN" in checks["judge"].message
+    assert checks["judge"].status == "risk" and checks["judge"].kind == "ftz" and "FLT_MIN" in checks["judge"].message
+    assert checks["specials"].status == "risk" and checks["specials"].kind == "ftz", checks["specials"]
+    # A weight no normalized q in [0, 1] gives is still a failure on the same row.
+    wrong = {**flushed, "routed_w": torch.tensor([[2.0, math.nan]])}
+    checks, verdict = sgtr_checks(case, outputs=wrong)
+    assert checks["accuracy"].status == "fail" or checks["specials"].status == "fail", verdict.render()
