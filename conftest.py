@@ -282,17 +282,17 @@ class Fuzz:
             self.tally = Tally(implementation.op, implementation.name, self.kind,
                                judge_exact=self.options.judge_exact, strict=self.options.strict)
 
-    def unsupported_fixture(self, case, implementation, verdict, input_class):
+    def unsupported_fixture(self, case, implementation, verdict, refusal):
         """A clean refusal outside the judge domain: not a failure, so Hypothesis does not shrink it;
         a short minimization keeps the refusal, and the fixture says how to replay it."""
         config = self.node.config
         failure = Failure(case, implementation, verdict, self.options)
-        small = minimized_unsupported(failure, input_class, budget_s=min(5.0, config.getoption("minimize_budget")))
+        small = minimized_unsupported(failure, refusal, budget_s=min(5.0, config.getoption("minimize_budget")))
         root = Path(config.getoption("regressions_dir"))
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(config, implementation),
                                       custom_root=root.resolve() != (ROOT / "tests" / "regressions").resolve(),
                                       findings=small.verdict.unsupported())
-        entry = self.tally.unsupported[input_class]
+        entry = self.tally.unsupported[refusal]
         entry["fixture"], entry["replay"] = str(path), replay
 
     def progress(self, every_s: float = 30.0):
@@ -383,7 +383,7 @@ class GateSummary:
             elif name == "tritonfuzz_fixture":
                 entry = {"path": value["path"], "replay": value["replay"], "bug": value.get("bug", "")}
                 fixtures = self.summary(value["op"], value["implementation"]).new_fixtures
-                if entry not in fixtures:  # the same minimized case can come from several tests
+                if entry["path"] not in {f["path"] for f in fixtures}:  # one case can come from several tests
                     fixtures.append(entry)
                     self.fixtures.append(value)
             elif name == "tritonfuzz_static":

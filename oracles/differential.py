@@ -105,7 +105,15 @@ def refusal_check(op_name: str, case: Case, error: BaseException | None, problem
         return Check("contract", FAIL, f"{problem} -- a fault, not a clean refusal")
     return Check("contract", UNSUPPORTED, f"{problem}; this input is outside the judge's domain "
                                           f"({', '.join(outside)}): a clean refusal, reported, not a failure",
-                 kind=", ".join(outside))
+                 kind=refusal_site(error), details=tuple(outside))
+
+
+def refusal_site(error: BaseException) -> str:
+    """What refused: the exception type and the innermost frame in the kernel's own file (the
+    same assert refuses every input of its class)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "site-packages" not in f.filename]
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}{where}"
 
 
 def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:

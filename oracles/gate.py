@@ -32,7 +32,7 @@ class Tally:
     checks: dict = field(default_factory=lambda: defaultdict(Counter))
     risk_counts: Counter = field(default_factory=Counter)   # cases with a risk of each kind
     risks: list = field(default_factory=list)               # {kind, check, message}, a few per kind
-    unsupported: dict = field(default_factory=dict)         # input class -> {input_class, message, count, ...}
+    unsupported: dict = field(default_factory=dict)         # refusal -> add_refusal's entry
     budget_exhausted: bool = False
     judge_exact: bool = False
     strict: bool = False
@@ -51,13 +51,12 @@ class Tally:
                 self.risks.append({"kind": check.kind, "check": check.name, "message": check.message[:MAX_MESSAGE],
                                    "case": case_summary[:MAX_MESSAGE]})
         for check in verdict.unsupported():
-            entry = self.unsupported.setdefault(check.kind, {
-                "input_class": check.kind, "message": check.message[:MAX_MESSAGE], "case": case_summary[:MAX_MESSAGE],
-                "count": 0, "fixture": None, "replay": None})
-            entry["count"] += 1
+            add_refusal(self.unsupported, {"refusal": check.kind, "violations": violations(check.details),
+                                           "message": check.message[:MAX_MESSAGE], "case": case_summary[:MAX_MESSAGE],
+                                           "count": 1, "fixture": None, "replay": None})
 
-    def is_new_unsupported(self, input_class: str) -> bool:
-        entry = self.unsupported.get(input_class)
+    def is_new_unsupported(self, refusal: str) -> bool:
+        entry = self.unsupported.get(refusal)
         return entry is not None and entry["count"] == 1
 
     def to_json(self) -> dict:
@@ -96,10 +95,7 @@ class ImplementationSummary:
             if sum(r["kind"] == risk["kind"] for r in self.risks) < MAX_RISKS_PER_KIND:
                 self.risks.append(risk)
         for entry in tally["unsupported"]:
-            mine = self.unsupported.setdefault(entry["input_class"], {**entry, "count": 0})
-            mine["count"] += entry["count"]
-            if mine["fixture"] is None and entry["fixture"]:
-                mine["fixture"], mine["replay"] = entry["fixture"], entry["replay"]
+            add_refusal(self.unsupported, entry)
         self.budget_exhausted |= tally["budget_exhausted"]
         if tally["kind"] == "judge":
             self.judge_official["passed" if passed else "failed"] += 1
@@ -130,7 +126,8 @@ class ImplementationSummary:
             "judge_official": {k: self.judge_official.get(k, 0) for k in ("passed", "failed", "skipped")},
             "risk_counts": {kind: self.risk_counts[kind] for kind in RISK_KINDS if self.risk_counts[kind]},
             "risks": self.risks,
-            "unsupported": sorted(self.unsupported.values(), key=lambda e: -e["count"]),
+            "unsupported": [{**e, "input_class": input_class(e["violations"])}
+                            for e in sorted(self.unsupported.values(), key=lambda e: -e["count"])],
             "static_findings": self.static_findings,
             "new_fixtures": self.new_fixtures,
             "crashes": self.crashes,
@@ -140,9 +137,9 @@ class ImplementationSummary:
 
 def render_table(s: ImplementationSummary, budget_s) -> str:
     lines = [f"{s.op} / {s.name}: {s.verdict}  ({s.elapsed_s:.1f} s)"]
-    lines.append(f"  {'check':<18}" + "".join(f"{st:>10}" for st in STATUSES))
+    lines.append(f"  {'check':<18}" + "".join(f"{st:>12}" for st in STATUSES))
     for name, counts in sorted(s.checks.items()):
-        lines.append(f"  {name:<18}" + "".join(f"{counts.get(st, 0):>10}" for st in STATUSES))
+        lines.append(f"  {name:<18}" + "".join(f"{counts.get(st, 0):>12}" for st in STATUSES))
     fuzz = s.examples.get("fuzz", 0)
     budget = (f" (budget {budget_s:g} s reached: stopped after {fuzz})" if s.budget_exhausted
               else f" (within budget {budget_s:g} s)" if budget_s else "")
@@ -163,10 +160,11 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
                 lines += [f"      - [{r['check']}] {_short(r['message'])}" for r in examples[:2]]
     if s.unsupported:
         verdict = "each fails the gate under --strict" if s.strict else "reported, not failures (--strict fails them)"
-        lines.append(f"  unsupported inputs ({len(s.unsupported)} input class(es), clean refusals outside the judge's "
+        lines.append(f"  unsupported inputs ({len(s.unsupported)} refusal(s) of valid inputs outside the judge's "
                      f"domain; {verdict}):")
         for e in sorted(s.unsupported.values(), key=lambda e: -e["count"]):
-            lines.append(f"    - {e['input_class']}: {e['count']} case(s): {_short(e['message'])}")
+            lines.append(f"    - {e['refusal']} on {input_class(e['violations'])} ({e['count']} case(s)): "
+                         f"{_short(e['message'].split('; this input is outside')[0])}")
             if e["fixture"]:
                 lines.append(f"      fixture: {e['fixture']}\n      replay: {e['replay']}")
     errors = sum(f["severity"] == "error" for f in s.static_findings)
@@ -177,10 +175,51 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
     for crash in s.crashes:
         lines.append(f"  CRASH: {crash}")
     if s.new_fixtures:
-        lines.append("  new fixtures:")
-        lines += [f"    {f['path']}\n      replay: {f['replay']}" for f in s.new_fixtures]
+        lines.append(f"  new fixtures ({len(s.new_fixtures)}; one per distinct bug and test):")
+        lines += [(f"    {f['bug']}: " if f.get("bug") else "    ") + f"{f['path']}\n      replay: {f['replay']}"
+                  for f in s.new_fixtures]
     lines += [f"  note: {n}" for n in s.all_notes()]
     return "\n".join(lines)
+
+
+def violations(details) -> dict:
+    """('x.dtype=float16', 'T=0', ...) -> {'x.dtype': ['float16'], 'T': ['0']}."""
+    out = {}
+    for item in details:
+        key, _, value = item.partition("=")
+        out.setdefault(key, [])
+        if value not in out[key]:
+            out[key].append(value)
+    return out
+
+
+def add_refusal(entries: dict, entry: dict) -> None:
+    """Merge one refusal entry (a tally's, or one case's) into `entries` by its refusal site. The
+    input class is what every case of that refusal has in common: the domain violations present
+    in all of them (a key kept only if every case has it), each with the values seen."""
+    mine = entries.get(entry["refusal"])
+    if mine is None:
+        entries[entry["refusal"]] = {**entry, "violations": {k: list(v) for k, v in entry["violations"].items()}}
+        return
+    mine["count"] += entry["count"]
+    common = {}
+    for key, values in mine["violations"].items():
+        if key in entry["violations"]:
+            common[key] = values + [v for v in entry["violations"][key] if v not in values]
+    mine["violations"] = common
+    if mine["fixture"] is None and entry["fixture"]:
+        mine["fixture"], mine["replay"] = entry["fixture"], entry["replay"]
+
+
+def input_class(violation_map: dict) -> str:
+    """{'x.dtype': ['float16', 'float32']} -> 'x.dtype in {float16, float32}'."""
+    if not violation_map:
+        return "inputs outside the judge domain (no one common way)"
+    parts = []
+    for key, values in violation_map.items():
+        parts.append(f"{key}={values[0]}" if len(values) == 1 and values[0] else
+                     f"{key} in {{{', '.join(sorted(values))}}}" if values[0] else key)
+    return ", ".join(parts)
 
 
 def _short(text: str, limit: int = 240) -> str:

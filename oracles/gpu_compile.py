@@ -300,7 +300,7 @@ def gpu_compile_check(specs: list, *, portability: bool = True):
     compiles and can launch on each target -- fail for sm_90, risk for gfx942 (only with
     `portability`). `specs` holds LaunchSpecs and, for launches no spec could be built for, the
     reason."""
-    from oracles.verdict import FAIL, PASS, RISK, SKIP, Check
+    from oracles.verdict import FAIL, PASS, PORTABILITY, RISK, SKIP, Check
     targets = TARGETS if portability else TARGETS[:1]
     unique = list(dict.fromkeys(specs))
     built = [s for s in unique if isinstance(s, LaunchSpec)]
@@ -320,7 +320,7 @@ def gpu_compile_check(specs: list, *, portability: bool = True):
     for target in targets:
         if problems[target.label]:
             status = FAIL if target.severity == "fail" else RISK
-            return Check(GPU_COMPILE, status, (
+            return Check(GPU_COMPILE, status, kind=PORTABILITY if status == RISK else "", message=(
                 f"{len(problems[target.label])} of the {len(built)} kernel specialization(s) this case launched "
                 f"cannot run on {target.chips} ({target.label}; the CPU interpreter ran them as Python): "
                 + "; ".join(problems[target.label]) + note))

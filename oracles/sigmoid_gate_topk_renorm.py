@@ -240,7 +240,8 @@ JUDGE_DOMAIN = ("logits: bfloat16, contiguous (no storage offset), [T, N + S] wi
 
 
 def judge_domain_violations(case: Case) -> list[str]:
-    """How `case` lies outside JUDGE_DOMAIN, one short 'name=value' item each (empty: inside).
+    """How `case` lies outside JUDGE_DOMAIN, one short 'name=value' item each (empty: inside),
+    the form first (dtype, layout), then the shapes.
     The judge's own cases: (T, N, S, k) in (1, 32, 1, 3), (37, 128, 3, 5), (83, 64, 1, 6),
     (9, 256, 4, 12) and (m, 128, 3, 5) for m up to 4096; competitors report k up to 16 in its
     hidden cases; models route over up to 384 experts with one or two shared ones."""

@@ -16,7 +16,8 @@ oracle64 and reference values, and the allowed error. Statuses:
   reference's own computation overflows, underflows to 0/inf or divides 0 by 0, so it disagrees
   with oracle64) and `portability` (a compile problem on a chip the judge also uses).
 - unsupported: the kernel raised cleanly on a valid input OUTSIDE the op's judge domain; its
-  kind names the input class. Reported with a fixture; a failure only under --strict.
+  kind names the refusal (exception type and where it was raised), its details the ways the
+  input lies outside the domain. Reported with a fixture; a failure only under --strict.
 - skip: the check does not apply to this case (e.g. judge when the reference itself is NaN).
 - untrusted: the result cannot be trusted on this platform (e.g. bf16 arithmetic under the CPU
   interpreter); never a failure, always reported.
@@ -59,7 +60,8 @@ class Check:
     name: str
     status: str
     message: str = ""
-    kind: str = ""  # a risk's kind (RISK_KINDS), an unsupported finding's input class
+    kind: str = ""  # a risk's kind (RISK_KINDS); an unsupported finding's refusal (exception type and site)
+    details: tuple = ()  # an unsupported finding: how the input lies outside the judge domain ('name=value', ...)
 
     def __post_init__(self):
         if self.status == RISK and self.kind not in RISK_KINDS:

@@ -107,3 +107,90 @@ def test_a_pass_resting_on_untrusted_cases_says_so():
     assert any("2 case(s) untrusted" in n for n in summary.to_json(60)["notes"])
     summary.checks["contract"] = Counter({"pass": 5})
     assert "untrusted:" not in render_table(summary, 60) and not summary.to_json(60)["notes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Severities end to end: unsupported passes (unless --strict), a refusal the judge meets fails, a
+# silent wrong answer outside the judge domain fails, and one run lists several distinct bugs.
+
+def wrapped(body: str) -> str:
+    """A kernel module that calls the bundled hc_head after `body` (the bug or the refusal)."""
+    return textwrap.dedent('''
+        import torch
+
+        from kernels.hc_head import hc_head as bundled
+
+
+        def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    ''') + textwrap.indent(textwrap.dedent(body), "    ") + textwrap.indent(
+        "return bundled(x=x, hc_fn=hc_fn, hc_scale=hc_scale, hc_base=hc_base, norm_eps=norm_eps, hc_eps=hc_eps)\n",
+        "    ")
+
+
+REFUSES_NON_BF16 = wrapped('''
+    if x.dtype != torch.bfloat16:
+        raise NotImplementedError(f"only bfloat16 x, got {x.dtype}")
+''')
+REFUSES_HC_MULT_2 = wrapped('''
+    assert x.shape[1] != 2, "hc_mult 2 is not supported"
+''')
+WRONG_IN_FLOAT16 = wrapped('''
+    if x.dtype == torch.float16:
+        hc_eps = hc_eps + 0.25  # silently wrong, and only where the judge never looks
+''')
+REFUSES_ODD_HIDDEN = wrapped('''
+    if x.shape[2] % 128:
+        raise ValueError(f"hidden must be a multiple of 128, got {x.shape[2]}")
+''')
+TWO_BUGS = wrapped('''
+    if x.shape[1] == 1:
+        hc_eps = hc_eps + 0.25  # bug 1: one stream, wrong gates (accuracy)
+    if x.dtype == torch.float16:
+        x = x.float()  # bug 2: float16 in, float32 out (contract)
+''')
+
+
+def test_severities_in_one_gate_run(tmp_path):
+    """A zip whose members are four kernels: each gets the verdict a kernel expert would give."""
+    archive = tmp_path / "submission.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("hc_head.py", REFUSES_NON_BF16)
+        z.writestr("hc_head_metax.py", REFUSES_HC_MULT_2)
+        z.writestr("hc_head_ascend.py", WRONG_IN_FLOAT16)
+        z.writestr("hc_head_enflame.py", TWO_BUGS)
+    code, report, out = gate(tmp_path, f"hc_head={archive}", budget=12)
+    assert code != 0
+    jsonschema.validate(report, SCHEMA)
+    impls = {i["implementation"].split(":")[1]: i for i in report["implementations"]}
+    refuses = impls["hc_head.py"]
+    assert refuses["verdict"] == "pass", out[-4000:]
+    assert refuses["unsupported"] and len(refuses["unsupported"]) == 1
+    assert refuses["unsupported"][0]["input_class"].startswith("x.dtype"), refuses["unsupported"]
+    assert all(e["fixture"] and "NotImplementedError" in e["message"] for e in refuses["unsupported"])
+    assert refuses["checks"]["contract"]["unsupported"] > 0
+    assert "unsupported inputs" in out and "hc_head / submission.zip:hc_head.py: PASS" in out
+
+    judge_refused = impls["hc_head_metax.py"]
+    assert judge_refused["verdict"] == "fail" and judge_refused["judge_official"]["failed"] >= 1, out[-4000:]
+
+    wrong = impls["hc_head_ascend.py"]
+    assert wrong["verdict"] == "fail" and wrong["checks"]["accuracy"]["fail"] > 0, out[-4000:]
+
+    bugs = {f["bug"] for f in impls["hc_head_enflame.py"]["new_fixtures"]}
+    assert any(b.startswith("contract") for b in bugs) and any(b.startswith("accuracy") for b in bugs), bugs
+
+
+def test_strict_fails_unsupported_inputs(tmp_path):
+    """Nearly every drawn case has a hidden size the judge never sends: refused, and under
+    --strict the refusal fails the gate."""
+    kernel = tmp_path / "refuses.py"
+    kernel.write_text(REFUSES_ODD_HIDDEN)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--strict",
+                           "--hypothesis-profile", "ci", "--gate-budget", "8", "--gate-report", str(report),
+                           "--regressions-dir", str(tmp_path / "regressions"), "--minimize-budget", "2",
+                           "-p", "no:cacheprovider", "-q", "tests/test_hc_head.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    data = json.loads(report.read_text())
+    assert done.returncode != 0 and data["implementations"][0]["verdict"] == "fail", done.stdout[-3000:]
+    assert data["implementations"][0]["unsupported"]

@@ -7,11 +7,14 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, find, settings
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis.errors import InvalidArgument
 
+from oracles import hc_head as hc_oracle
 from oracles import sigmoid_gate_topk_renorm as sgtr_oracle
-from strategies.hc_head import hc_head_cases
+from oracles.sigmoid_gate_topk_renorm import reference as sgtr_reference
+from strategies.hc_head import JUDGE_SHAPES, hc_head_cases
+from strategies.hc_head import judge_cases as hc_judge_cases
 from strategies.sigmoid_gate_topk_renorm import (JUDGE_CASES, judge_cases, sigmoid_gate_topk_renorm_cases,
                                                  smaller_cases)
 
@@ -75,7 +78,6 @@ def test_sgtr_feature_is_reachable(condition):
 @pytest.mark.parametrize("feature", ["ties", "boundary_tie", "near_tie", "bias_tie", "all_equal", "nan", "inf",
                                      "huge", "k=1", "k=N", "S=0", "S>k", "tail", "layout=padded",
                                      "global_scale=[1]", "global_scale=0-dim", "global_scale=0-dim on host",
-                                     "global_scale=float",
                                      "bias=large_negative"])
 def test_sgtr_feature_label_is_reachable(feature):
     reach(SGTR, lambda c: feature in c.features)
@@ -104,13 +106,30 @@ def test_sgtr_cases_validate_their_arguments(kwargs, argument):
 
 
 @sgtr
+def test_sgtr_drawn_cases_are_valid_for_the_official_reference():
+    """Every drawn case is one the official reference accepts (it calls global_scale.float() and
+    bias.float(): a Python-float global_scale raised there), and every form of global_scale is a
+    float32 tensor."""
+    @given(case=sigmoid_gate_topk_renorm_cases(max_tokens=3, max_experts=40))
+    @settings(max_examples=60, deadline=None, database=None)
+    def check(case):
+        gs = case.inputs["global_scale"]
+        assert isinstance(gs, torch.Tensor) and gs.dtype == torch.float32 and gs.numel() == 1
+        sgtr_reference(**case.inputs)
+    check()
+
+
+@sgtr
 def test_sgtr_judge_cases_are_the_judges():
     cases = judge_cases()
     assert len(cases) == 9
     for case, (T, N, S, k, route_scale, gs) in zip(cases, JUDGE_CASES):
         assert shape(case) == (T, N, S, k)
         assert case.inputs["logits"].dtype == torch.bfloat16
+        # torch.tensor(gs, device=device, dtype=torch.float32): 0-dim, on the chip (no host input)
         assert case.inputs["global_scale"].dim() == 0 and float(case.inputs["global_scale"]) == pytest.approx(gs)
+        assert case.inputs["global_scale"].dtype == torch.float32 and not case.host_inputs
+        assert not sgtr_oracle.judge_domain_violations(case), sgtr_oracle.judge_domain_violations(case)
         assert isinstance(case.inputs["route_scale"], float) and case.inputs["route_scale"] == route_scale
         assert case.inputs["bias"].shape == (N,) and case.inputs["bias"].dtype == torch.float32
     gen = torch.Generator().manual_seed(0)
@@ -161,3 +180,23 @@ def test_hc_head_nan_case_shrinks_small():
     case = reach(HC, lambda c: bool(c.inputs["x"].isnan().any()))
     assert tuple(case.inputs["x"].shape) == (1, 1, 1), case
     assert math.isnan(float(case.inputs["x"].reshape(-1)[0]))
+
+
+@hc
+def test_hc_head_judge_cases_are_the_judges():
+    """As the official test builds them: one generator seeded 0 per case on the device, drawing x
+    (float32 randn cast to bf16), then hc_fn = randn * 0.02, then hc_base = 0.1 randn; every case
+    inside the judge domain."""
+    cases = hc_judge_cases("cpu")
+    assert [tuple(c.inputs["x"].shape) for c in cases] == list(JUDGE_SHAPES)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 4, 256, generator=gen, dtype=torch.float32).to(torch.bfloat16)
+    hc_fn = torch.randn(4, 1024, generator=gen, dtype=torch.float32) * 0.02
+    hc_base = 0.1 * torch.randn(4, generator=gen, dtype=torch.float32)
+    case = cases[1]
+    assert torch.equal(case.inputs["x"], x) and torch.equal(case.inputs["hc_fn"], hc_fn)
+    assert torch.equal(case.inputs["hc_base"], hc_base)
+    assert torch.equal(case.inputs["hc_scale"], torch.tensor([1.5])) and not case.host_inputs
+    assert (case.inputs["norm_eps"], case.inputs["hc_eps"]) == (1e-6, 1e-3)
+    for c in cases:
+        assert not hc_oracle.judge_domain_violations(c), (c.label, hc_oracle.judge_domain_violations(c))
