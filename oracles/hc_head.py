@@ -276,8 +276,13 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     o = oracle64(**args)
     allowed = accuracy_bound(o, x, args["hc_scale"], args["hc_base"], args["hc_eps"], x.dtype)
     classes = token_classes(o, x, args["norm_eps"], normalizer_error(o, h * H))
-    in_hull = hull_accepts(y, x, args["hc_eps"], classes.may_nan)
-    explained = {DEGENERATE: classes.degenerate[:, None] & in_hull, FTZ: classes.ftz[:, None] & in_hull}
+    explained = {}
+    special = (classes.degenerate | classes.ftz).nonzero().flatten()
+    if special.numel():  # the hull only where it is needed: judge-sized cases have no such token
+        in_hull = torch.zeros(T, H, dtype=torch.bool)
+        in_hull[special] = hull_accepts(y.detach().cpu()[special], x.detach().cpu()[special], args["hc_eps"],
+                                        classes.may_nan[special])
+        explained = {DEGENERATE: classes.degenerate[:, None] & in_hull, FTZ: classes.ftz[:, None] & in_hull}
     # Overflow of the output itself may round either way near the threshold.
     near_overflow = (o.y.abs() + allowed) >= overflow_threshold(x.dtype) * (1 - 2.0 ** -8)
     checks.append(specials_check("y", y, y_ref, ambiguous_inf=near_overflow, explained=explained))
