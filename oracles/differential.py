@@ -27,7 +27,7 @@ from oracles.gpu_compile import GPU_COMPILE, gpu_compile_check
 from oracles.registry import get_op
 from oracles.sanitizers import (SANITIZER_CHECKS, determinism_check, inputs_unchanged_check, launch_check,
                                 poison_check, red_zone_check, run_kernel)
-from oracles.verdict import FAIL, UNSUPPORTED, UNTRUSTED, Check, Verdict
+from oracles.verdict import FAIL, PASS, UNSUPPORTED, UNTRUSTED, Check, Verdict
 from strategies.case import Case
 
 
@@ -62,6 +62,21 @@ def interpreter_gap(error: BaseException) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def raised_by_interpreter(error: BaseException) -> bool:
+    """The error came out of Triton's interpreter running a kernel body (its InterpreterError),
+    and is not a device-side assert of the kernel's own."""
+    if not interpreter_active():
+        return False
+    seen, found = set(), False
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, AssertionError):
+            return False
+        found |= type(error).__name__ == "InterpreterError"
+        error = error.__cause__ or error.__context__
+    return found
 
 
 def call_kernel(fn, inputs: dict) -> tuple:
@@ -111,9 +126,19 @@ def refusal_check(op_name: str, case: Case, error: BaseException | None, problem
 def refusal_site(error: BaseException) -> str:
     """What refused: the exception type and the innermost frame in the kernel's own file (the
     same assert refuses every input of its class)."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if "site-packages" not in f.filename]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not _harness_frame(f.filename)]
     where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
     return f"{type(error).__name__}{where}"
+
+
+_SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _harness_frame(filename: str) -> bool:
+    """A frame of an installed library or of the suite itself (not of the kernel's own file)."""
+    path = os.path.abspath(filename)
+    return ("site-packages" in path or "dist-packages" in path or path.startswith(os.path.join(_SUITE, "oracles"))
+            or path.startswith(os.path.join(_SUITE, "strategies")) or path == os.path.join(_SUITE, "conftest.py"))
 
 
 def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
@@ -125,13 +150,23 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
         # No outputs to judge; what the call did to memory before it ended is still reported.
         problem = raised_message(run.error) if run.error is not None else (
             f"returned {len(run.outputs)} value(s), expected {len(names)}: ({', '.join(names)})")
-        if run.error is not None and interpreter_gap(run.error):
+        compiled = None
+        if run.error is not None and options.sanitize and run.launch_specs and raised_by_interpreter(run.error):
+            # Raised while the interpreter ran a kernel body: the interpreter's gap (a loop index
+            # that is a Python int, a mask of Python bools...) or a real compile error. The
+            # compiler tells them apart: what compiles for sm_90 is not the kernel's failure.
+            compiled = gpu_compile_check(run.launch_specs, portability=False)
+        if run.error is not None and (interpreter_gap(run.error) or (compiled is not None and compiled.status == PASS)):
             verdict.add(Check("contract", UNTRUSTED, f"{problem} -- the CPU interpreter cannot run this kernel, "
                                                      f"which is not the kernel's failure: run on a GPU to judge it"))
             if options.sanitize and run.launch_specs:  # whether a GPU can compile it, this run can still say
                 verdict.add(gpu_compile_check(run.launch_specs, portability=options.portability))
         else:
             verdict.add(refusal_check(op_name, case, run.error, problem))
+            if compiled is not None and compiled.status == FAIL:
+                verdict.add(compiled if verdict.checks[-1].status == FAIL else
+                            Check(compiled.name, UNSUPPORTED, compiled.message, kind=verdict.checks[-1].kind,
+                                  details=verdict.checks[-1].details))
         for check in (red_zone_check(run, {}), inputs_unchanged_check(run, case)):
             if check.status == FAIL:
                 verdict.add(check)

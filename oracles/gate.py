@@ -98,7 +98,8 @@ class ImplementationSummary:
             add_refusal(self.unsupported, entry)
         self.budget_exhausted |= tally["budget_exhausted"]
         if tally["kind"] == "judge":
-            self.judge_official["passed" if passed else "failed"] += 1
+            untrusted = any(counts.get(UNTRUSTED) for counts in tally["checks"].values())
+            self.judge_official["failed" if not passed else "untrusted" if untrusted else "passed"] += 1
 
     def all_notes(self) -> list:
         """The notes, and one more when some cases could not be judged here: a PASS that rests
@@ -123,7 +124,7 @@ class ImplementationSummary:
             "examples": {kind: self.examples.get(kind, 0) for kind in ("fuzz", "judge", "fixture")},
             "budget": {"seconds": budget_s, "exhausted": self.budget_exhausted},
             "checks": {name: {s: counts.get(s, 0) for s in STATUSES} for name, counts in sorted(self.checks.items())},
-            "judge_official": {k: self.judge_official.get(k, 0) for k in ("passed", "failed", "skipped")},
+            "judge_official": {k: self.judge_official.get(k, 0) for k in ("passed", "failed", "skipped", "untrusted")},
             "risk_counts": {kind: self.risk_counts[kind] for kind in RISK_KINDS if self.risk_counts[kind]},
             "risks": self.risks,
             "unsupported": [{**e, "input_class": input_class(e["violations"])}
@@ -148,8 +149,9 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
     j = s.judge_official
     ran = j["passed"] + j["failed"]
     judged = "FAIL" if j["failed"] else "PASS" if ran else "NOT RUN"
+    untrusted = f", {j['untrusted']} untrusted (not judged on this platform)" if j["untrusted"] else ""
     lines.append(f"  judge on its official cases: {judged} "
-                 f"({j['passed']} passed, {j['failed']} failed, {j['skipped']} skipped)")
+                 f"({j['passed']} passed, {j['failed']} failed, {j['skipped']} skipped{untrusted})")
     if s.risk_counts:
         counts = ", ".join(f"{kind} {s.risk_counts[kind]}" for kind in RISK_KINDS if s.risk_counts[kind])
         lines.append(f"  risks (cases, by kind; reported, not failures): {counts}")

@@ -82,6 +82,10 @@ class LaunchSpec:
     constexprs: tuple[tuple[str, Any], ...]  # (parameter, JSON value; dtypes as {"dtype": name})
     options: tuple[tuple[str, int], ...]  # num_warps, num_stages when the launch gave them
 
+    def __hash__(self) -> int:
+        # constexpr values may be JSON objects (a tl.dtype is {"dtype": name}): hash their text
+        return hash((self.path, self.name, self.signature, json.dumps(self.constexprs, sort_keys=True), self.options))
+
     def label(self) -> str:
         constants = ", ".join(f"{k}={_show(v)}" for k, v in self.constexprs)
         return f"{self.name}[{constants}]" if constants else self.name
