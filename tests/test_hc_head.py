@@ -40,9 +40,9 @@ def test_beyond_int32_elements(implementation, beyond_int32, fuzz):
 
     from oracles.sampled_rows import sampled_row_case
     T, h, H = 75_000, 4, 7168  # 2.15e9 elements of x
-    beyond_int32(3 * T * h * H * 2)  # x, y and room for the kernel's own buffers
+    beyond_int32(2 * T * h * H * 2)  # x, y and room for the kernel's own buffers
     gen = torch.Generator("cuda").manual_seed(0)
-    inputs = {"x": torch.randn(T, h, H, generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16),
+    inputs = {"x": torch.randn(T, h, H, generator=gen, device="cuda", dtype=torch.bfloat16),  # no float32 copy
               "hc_fn": 0.02 * torch.randn(h, h * H, generator=gen, device="cuda"),
               "hc_scale": torch.tensor([1.5], device="cuda"),
               "hc_base": 0.1 * torch.randn(h, generator=gen, device="cuda"), "norm_eps": 1e-6, "hc_eps": 1e-3}

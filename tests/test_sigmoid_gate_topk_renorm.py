@@ -52,9 +52,9 @@ def test_beyond_int32_elements(implementation, beyond_int32, fuzz):
 
     from oracles.sampled_rows import sampled_row_case
     N, S, T = 256, 1, 8_400_000  # 2.16e9 logits
-    beyond_int32(3 * T * (N + S) * 2)
+    beyond_int32(2 * T * (N + S) * 2)
     gen = torch.Generator("cuda").manual_seed(0)
-    inputs = {"logits": torch.randn(T, N + S, generator=gen, device="cuda", dtype=torch.float32).to(torch.bfloat16),
+    inputs = {"logits": torch.randn(T, N + S, generator=gen, device="cuda", dtype=torch.bfloat16),  # no float32 copy
               "k": 8, "n_shared_experts": S, "route_scale": 2.5,
               "global_scale": torch.tensor(0.8, device="cuda", dtype=torch.float32),
               "bias": 0.1 * torch.randn(N, generator=gen, device="cuda")}
