@@ -248,14 +248,23 @@ class Fuzz:
         self.budget_s, self.case_timeout_s = budget_s, case_timeout_s
         self.started = time.monotonic()
         self.tally: Tally | None = None
+        self.seen_failing: dict = {}  # content hash -> Failure
         self.last_progress = self.started
+
+    def out_of_budget(self) -> bool:
+        return self.kind == "fuzz" and self.budget_s is not None and time.monotonic() - self.started > self.budget_s
 
     def check(self, case, implementation):
         __tracebackhide__ = True
         self._start(implementation)
-        if self.kind == "fuzz" and self.budget_s is not None and time.monotonic() - self.started > self.budget_s:
+        if self.out_of_budget():
             self.tally.budget_exhausted = True
-            return None  # graceful stop: the remaining examples cost only their draws
+            failure = self.seen_failing.get(case.content_hash())
+            if failure is not None:  # Hypothesis replays a failure it found: the same answer, no new run
+                signature = failure_signature(failure)
+                raise failure_exception(signature)(failure_message(case, implementation, failure.verdict,
+                                                                   self.options))
+            return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
                        timeout_s=self.case_timeout_s):
             verdict = run_case(implementation.op, implementation.fn, case, self.options)
@@ -274,6 +283,7 @@ class Fuzz:
             failure = Failure(case, implementation, verdict, self.options)
             signature = failure_signature(failure)
             self.node.stash.setdefault(FAILURES, {})[signature] = failure
+            self.seen_failing[case.content_hash()] = failure
             raise failure_exception(signature)(failure_message(case, implementation, verdict, self.options))
         return verdict
 
