@@ -123,6 +123,20 @@ def refusal_check(op_name: str, case: Case, error: BaseException | None, problem
                  kind=refusal_site(error), details=tuple(outside))
 
 
+def compile_refusal(op_name: str, case: Case, check: Check) -> Check:
+    """A specialization that does not compile for sm_90 fails every GPU call with a
+    CompilationError: inside the judge domain a failure, outside it a clean refusal like any
+    other (`unsupported`, e.g. tl.arange over a hc_mult that is not a power of two)."""
+    if check.status != FAIL:
+        return check
+    outside = get_op(op_name).oracle.judge_domain_violations(case)
+    if not outside:
+        return check
+    return Check(check.name, UNSUPPORTED, f"{check.message}; this input is outside the judge's domain "
+                                          f"({', '.join(outside)}): a compile error there is a clean refusal",
+                 kind="CompilationError on sm_90", details=tuple(outside))
+
+
 def refusal_site(error: BaseException) -> str:
     """What refused: the exception type and the innermost frame in the kernel's own file (the
     same assert refuses every input of its class)."""
@@ -176,7 +190,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
     if options.sanitize:
         verdict.add(launch_check(run, outputs))
         if run.launch_specs:  # interpreted launches: would a GPU compile them? (oracles/gpu_compile.py)
-            verdict.add(gpu_compile_check(run.launch_specs, portability=options.portability))
+            verdict.add(compile_refusal(op_name, case, gpu_compile_check(run.launch_specs,
+                                                                         portability=options.portability)))
         verdict.add(red_zone_check(run, outputs, reference))
         verdict.add(poison_check(run, outputs, reference))
     verdict.add(inputs_unchanged_check(run, case))

@@ -175,3 +175,17 @@ def test_distinct_bugs_get_distinct_exception_types():
     types = {failure_exception(s) for s in signatures}
     assert len(types) == 3 and all(issubclass(t, AssertionError) for t in types)
     assert failure_exception("specials (judge domain)") is failure_exception("specials (judge domain)")
+
+
+@pytest.mark.hc_head
+def test_a_compile_error_outside_the_judge_domain_is_unsupported():
+    """A specialization sm_90 cannot compile fails every GPU call with a CompilationError: inside
+    the judge domain a failure, outside it (hc_mult 3 through a power-of-two tl.arange) a refusal."""
+    from oracles.differential import compile_refusal
+    broken = Check("gpu-compile", FAIL, "CompilationError: arange's range must be a power of 2")
+    inside = hc_judge_cases("cpu")[0]
+    assert compile_refusal("hc_head", inside, broken).status == FAIL
+    outside = inside.with_inputs(x=inside.inputs["x"][:, :1])
+    check = compile_refusal("hc_head", outside, broken)
+    assert check.status == UNSUPPORTED and "hc_mult=1" in check.details, check
+    assert compile_refusal("hc_head", outside, Check("gpu-compile", PASS)).status == PASS
