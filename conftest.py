@@ -71,6 +71,9 @@ def pytest_addoption(parser):
                          "drawing cases and the verdict table says how far it got (default: no limit)")
     group.addoption("--gate-report", default=None, metavar="PATH",
                     help="also write the verdict tables as JSON (schema: oracles/gate_report.schema.json)")
+    group.addoption("--keep-tmp", action="store_true",
+                    help="keep this run's temporary folder (in-flight case records, unpacked zip members) "
+                         "and print where it is (default: removed at the end)")
     group.addoption("--case-timeout", type=float, default=300.0, metavar="SECONDS",
                     help="a single kernel call running longer is a hang: the case is saved as a fixture and "
                          "the worker process ends (default 300)")
@@ -91,20 +94,34 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{op}: tests of the {op} op (select with -m {op})")
     config.addinivalue_line("markers", "gpu: needs a GPU (skipped under the CPU interpreter)")
     pin_xdist_worker_to_gpu()
+    # The run's temporary folder, made by the controller before xdist starts workers: they inherit
+    # where to record in-flight cases and find the zip members the controller unpacked.
+    workdir = inflight_dir(fresh=not hasattr(config, "workerinput")) / "kernels"
     kernels = {}
     for value in config.getoption("kernel"):
         try:
             op, path = parse_kernel_option(value)
-            kernels.setdefault(op, []).append(load_kernel(op, path))
+            kernels.setdefault(op, []).append(load_kernel(op, path, workdir=workdir))
         except KernelLoadError as e:
             raise pytest.UsageError(str(e)) from None
     config.stash[KERNELS] = kernels
     freeze_hypothesis_local_constants()
     if not hasattr(config, "workerinput"):  # the controller (or a plain run) sums up
-        inflight_dir()  # before xdist starts workers: they inherit where to record in-flight cases
         config.pluginmanager.register(GateSummary(config), "tritonfuzz-gate-summary")
     if kernels and config.getoption("hypothesis_profile", None) is None:
         settings.load_profile("gate")
+
+
+def pytest_unconfigure(config):
+    """The controller removes the run's temporary folder (workers share it), unless --keep-tmp."""
+    if hasattr(config, "workerinput"):
+        return
+    folder = inflight_dir()
+    if config.getoption("keep_tmp", False):
+        print(f"tritonfuzz: temporary files kept in {folder}", file=sys.__stderr__)
+        return
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def freeze_hypothesis_local_constants():

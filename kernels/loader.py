@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -22,7 +24,10 @@ from typing import Callable
 from oracles.registry import OPS, get_op
 
 VENDORS = ("iluvatar", "metax", "enflame", "hygon", "kunlunxin", "ascend", "amd", "nvidia")
-ZIP_MAX_BYTES = 10 * 1024 * 1024
+ZIP_MAX_BYTES = 10 * 1024 * 1024          # the judge's limit on a submission
+ZIP_MAX_MEMBERS = 256                     # entries of any kind
+ZIP_MAX_MEMBER_BYTES = 4 * 1024 * 1024    # unpacked, per member the judge reads (a kernel is source text)
+ZIP_MAX_TOTAL_BYTES = 16 * 1024 * 1024    # unpacked, all members the judge reads together
 
 
 class KernelLoadError(ValueError):
@@ -71,14 +76,18 @@ def parse_kernel_option(value: str) -> tuple[str, Path]:
     return op, Path(path)
 
 
-def load_kernel(op: str, path: Path) -> LoadedKernel:
+def load_kernel(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKernel:
+    """The implementations in PATH. A zip's members are unpacked once, into `workdir` (a
+    folder the caller removes; one per run, shared by its processes) or a fresh temporary one."""
     path = Path(path)
     if not path.exists():
         raise KernelLoadError(f"--kernel {op}={path}: no such file")
+    if path.is_dir():
+        raise KernelLoadError(f"--kernel {op}={path}: is a directory; expected a .py module or a competition .zip")
     if path.suffix == ".py":
         return LoadedKernel(op, str(path), [load_module_implementation(op, path, name=path.name)])
     if path.suffix == ".zip":
-        return load_zip(op, path)
+        return load_zip(op, path, workdir=workdir)
     raise KernelLoadError(f"--kernel {op}={path}: expected a .py module or a competition .zip, got {path.suffix or 'no suffix'!r}")
 
 
@@ -111,9 +120,10 @@ def load_module_implementation(op: str, path: Path, *, name: str) -> Implementat
     sys.modules[module_name] = module  # @triton.jit needs the module importable by name
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # the kernel author's import error, reported as a usage error
+    except (Exception, SystemExit) as e:  # the kernel author's import error (or exit), reported as a usage error
         del sys.modules[module_name]
-        raise KernelLoadError(f"{where}: importing the module failed: {type(e).__name__}: {e}") from e
+        what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
+        raise KernelLoadError(f"{where}: importing the module failed: {what}") from None
     return Implementation(op, name, entry_point(op, module, where=where), path, digest)
 
 
@@ -128,17 +138,40 @@ def zip_member_role(op: str, member: str) -> str | None:
     return None
 
 
-def load_zip(op: str, path: Path) -> LoadedKernel:
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: int, *, where: str) -> bytes:
+    """A member's bytes, read in chunks and counted as they come (the header's sizes can lie):
+    at most ZIP_MAX_MEMBER_BYTES, and at most `budget` bytes left of the zip's total."""
+    limit = min(ZIP_MAX_MEMBER_BYTES, budget)
+    chunks, size = [], 0
+    try:
+        with archive.open(info) as stream:
+            while chunk := stream.read(64 * 1024):
+                size += len(chunk)
+                if size > limit:
+                    which = (f"over {ZIP_MAX_MEMBER_BYTES} bytes unpacked" if limit == ZIP_MAX_MEMBER_BYTES else
+                             f"past the {ZIP_MAX_TOTAL_BYTES} bytes all members may unpack to")
+                    raise KernelLoadError(f"{where}: member {info.filename} is {which}")
+                chunks.append(chunk)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as e:
+        raise KernelLoadError(f"{where}: member {info.filename} cannot be unpacked: {type(e).__name__}: {e}") from None
+    return b"".join(chunks)
+
+
+def load_zip(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKernel:
     where = f"--kernel {op}={path}"
     if path.stat().st_size > ZIP_MAX_BYTES:
         raise KernelLoadError(f"{where}: {path.stat().st_size} bytes; the judge accepts at most {ZIP_MAX_BYTES}")
     try:
         archive = zipfile.ZipFile(path)
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, OSError) as e:
         raise KernelLoadError(f"{where}: not a readable zip: {e}") from None
     notes, members = [], []
     with archive:
-        for info in archive.infolist():
+        infos = archive.infolist()
+        if len(infos) > ZIP_MAX_MEMBERS:
+            raise KernelLoadError(f"{where}: {len(infos)} entries; a submission may have at most {ZIP_MAX_MEMBERS}")
+        budget = ZIP_MAX_TOTAL_BYTES
+        for info in infos:
             if info.is_dir():
                 continue
             role = zip_member_role(op, info.filename)
@@ -146,7 +179,8 @@ def load_zip(op: str, path: Path) -> LoadedKernel:
                 notes.append(f"{info.filename}: ignored (the judge reads only {op}.py and {op}_<vendor>.py, "
                               f"vendor in {', '.join(VENDORS)})")
                 continue
-            data = archive.read(info)
+            data = _read_member(archive, info, budget, where=where)
+            budget -= len(data)
             try:
                 data.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -155,11 +189,22 @@ def load_zip(op: str, path: Path) -> LoadedKernel:
     if not any(role == "generic" for _, role, _ in members):
         raise KernelLoadError(f"{where}: the zip holds no {op}.py (members: "
                               f"{', '.join(i for i, _, _ in members) or 'none that the judge reads'})")
-    folder = Path(tempfile.mkdtemp(prefix=f"tritonfuzz-{op}-"))
+    folder = _unpack_folder(op, path, workdir)
     implementations = []
     for filename, role, data in sorted(members, key=lambda m: (m[1] != "generic", m[0])):
         target = folder / role / Path(filename).name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        if not (target.exists() and target.read_bytes() == data):  # unpacked once per run, reused by workers
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
         implementations.append(load_module_implementation(op, target, name=f"{path.name}:{Path(filename).name}"))
     return LoadedKernel(op, str(path), implementations, notes)
+
+
+def _unpack_folder(op: str, path: Path, workdir: Path | None) -> Path:
+    if workdir is None:
+        return Path(tempfile.mkdtemp(prefix=f"tritonfuzz-{op}-"))
+    folder = Path(workdir) / f"{op}-{file_sha256(path)[:16]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -24,8 +24,11 @@ MAX_RECORDED_BYTES = 8 * 1024 * 1024  # larger cases are recorded by their summa
 HANG_EXIT_CODE = 70
 
 
-def inflight_dir() -> Path:
-    if ENV_DIR not in os.environ:
+def inflight_dir(*, fresh: bool = False) -> Path:
+    """This run's temporary folder. The controller makes a fresh one (`fresh`: a pytest started
+    from inside a test must not share, or remove, its parent's) before it starts workers; workers
+    inherit it through the environment."""
+    if fresh or ENV_DIR not in os.environ:
         os.environ[ENV_DIR] = tempfile.mkdtemp(prefix="tritonfuzz-inflight-")
     return Path(os.environ[ENV_DIR])
 

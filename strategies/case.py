@@ -24,6 +24,10 @@ import torch
 
 FORMAT_VERSION = 1
 PREVIEW_MAX_ELEMENTS = 64
+# A loaded tensor is materialized (copied into guard bands, upcast by the oracle): its logical
+# size, whatever its strides, is bounded before anything is allocated. A stride-0 view of one
+# stored element can claim billions of elements: such a file once took a worker to 21.7 GB.
+MAX_TENSOR_ELEMENTS = 2 ** 27
 
 DTYPES_BY_NAME = {
     "float32": torch.float32,
@@ -162,14 +166,18 @@ def tensor_from_json(obj: Mapping, *, where: str) -> torch.Tensor:
     except KeyError as e:
         raise CaseFormatError(f"{where}: missing field {e.args[0]!r} (expected dtype, shape, stride, "
                               f"storage_offset, storage_elements, bytes_b64)") from None
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, AttributeError) as e:
         raise CaseFormatError(f"{where}: malformed tensor field: {e}") from None
     itemsize = torch.empty((), dtype=dtype).element_size()
-    if len(raw) != elements * itemsize:
-        raise CaseFormatError(f"{where}: {len(raw)} bytes of data, expected {elements} elements of "
-                              f"{obj['dtype']} = {elements * itemsize} bytes")
     if len(shape) != len(stride) or any(n < 0 for n in shape) or any(s < 0 for s in stride):
         raise CaseFormatError(f"{where}: shape {shape} and stride {stride} do not describe a view")
+    logical = math.prod(shape)
+    if logical > MAX_TENSOR_ELEMENTS or elements > MAX_TENSOR_ELEMENTS:
+        raise CaseFormatError(f"{where}: shape {shape} ({logical} elements, {elements} stored) is over the "
+                              f"{MAX_TENSOR_ELEMENTS} elements a fixture tensor may have once materialized")
+    if len(raw) != elements * itemsize:
+        raise CaseFormatError(f"{where}: field 'bytes_b64' holds {len(raw)} bytes, expected storage_elements "
+                              f"{elements} of {obj['dtype']} = {elements * itemsize} bytes")
     span = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype) if raw else torch.empty(0, dtype=dtype)
     needed = offset + (1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0)
     if needed > elements:
@@ -191,11 +199,13 @@ def _inputs_to_json(inputs: Mapping[str, Any], *, preview: bool) -> dict:
     return out
 
 
-def _input_from_json(name: str, obj: Mapping) -> Any:
-    where = f"input {name!r}"
+def _input_from_json(name: str, obj: Mapping, *, where: str = "case") -> Any:
+    where = f"{where}: input {name!r}"
     if not isinstance(obj, Mapping):
         raise CaseFormatError(f"{where}: expected an object, got {type(obj).__name__}")
     if "tensor" in obj:
+        if not isinstance(obj["tensor"], Mapping):
+            raise CaseFormatError(f"{where}: 'tensor' must be an object, got {type(obj['tensor']).__name__}")
         return tensor_from_json(obj["tensor"], where=where)
     if "float" in obj:
         try:
@@ -235,7 +245,7 @@ def case_from_json(obj: Any, *, where: str = "case") -> Case:
         raise CaseFormatError(f"{where}: 'inputs' must be an object")
     return Case(
         op=str(obj["op"]),
-        inputs={name: _input_from_json(name, value) for name, value in inputs.items()},
+        inputs={name: _input_from_json(name, value, where=where) for name, value in inputs.items()},
         features=frozenset(obj.get("features", ())),
         label=str(obj.get("label", "")),
         host_inputs=frozenset(obj.get("host_inputs", ())),

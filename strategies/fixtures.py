@@ -18,6 +18,8 @@ from pathlib import Path
 
 from strategies.case import Case, CaseFormatError, case_from_json, case_to_json
 
+MAX_FIXTURE_BYTES = 512 * 1024 * 1024  # read into memory whole: bounded first
+
 
 def versions() -> dict:
     import hypothesis
@@ -57,11 +59,16 @@ def load_fixture(path: Path) -> tuple[Case, dict]:
     """The case and its metadata; CaseFormatError naming the file on anything unreadable."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FIXTURE_BYTES:
+            raise CaseFormatError(f"{path}: {size} bytes; a fixture may have at most {MAX_FIXTURE_BYTES}")
         document = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as e:
         raise CaseFormatError(f"{path}: cannot read fixture: {e}") from None
     except json.JSONDecodeError as e:
         raise CaseFormatError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    except RecursionError:
+        raise CaseFormatError(f"{path}: JSON nested too deeply to be a fixture") from None
     if not isinstance(document, dict) or "case" not in document:
         raise CaseFormatError(f"{path}: expected an object with a 'case' field")
     try:
