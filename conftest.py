@@ -87,6 +87,10 @@ def pytest_cmdline_main(config):
     if config.getoption("kernel") and config.getoption("numprocesses", None) is None \
             and config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         config.option.numprocesses = 1
+    # xdist stops replacing crashed workers after 4 restarts a worker; a kernel that crashes on
+    # every call would then leave most of the gate unrun. A gate replaces every crashed worker.
+    if config.getoption("kernel") and getattr(config.option, "maxworkerrestart", "unset") is None:
+        config.option.maxworkerrestart = 1_000_000
 
 
 def pytest_configure(config):
@@ -97,6 +101,8 @@ def pytest_configure(config):
     # The run's temporary folder, made by the controller before xdist starts workers: they inherit
     # where to record in-flight cases and find the zip members the controller unpacked.
     workdir = inflight_dir(fresh=not hasattr(config, "workerinput")) / "kernels"
+    if not hasattr(config, "workerinput"):  # fixtures newer than this are not collected (tests/test_regressions.py)
+        os.environ["_TRITONFUZZ_RUN_STARTED"] = repr(time.time())
     kernels = {}
     for value in config.getoption("kernel"):
         try:

@@ -194,3 +194,33 @@ def test_strict_fails_unsupported_inputs(tmp_path):
     data = json.loads(report.read_text())
     assert done.returncode != 0 and data["implementations"][0]["verdict"] == "fail", done.stdout[-3000:]
     assert data["implementations"][0]["unsupported"]
+
+
+EXITS_ON_EVERY_CALL = textwrap.dedent('''
+    import os
+
+
+    def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+        os._exit(3)  # stands in for a kernel that kills its process on every call
+''')
+
+
+def test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test(tmp_path):
+    """Thirteen crashes (the property, 4 judge cases, 8 fixtures), more than the 4 restarts xdist
+    allows by default: every test still runs and gets a crash verdict."""
+    kernel = tmp_path / "exits.py"
+    kernel.write_text(EXITS_ON_EVERY_CALL)
+    regressions = tmp_path / "regressions"
+    shutil.copytree(ROOT / "tests" / "regressions" / "hc_head", regressions / "hc_head")
+    fixtures = len(list((regressions / "hc_head").glob("*.json")))
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--hypothesis-profile", "ci",
+                           "--gate-report", str(report), f"--regressions-dir={regressions}",
+                           "-p", "no:cacheprovider", "-q", "tests/test_hc_head.py", "tests/test_regressions.py",
+                           "-k", "judge_cases or agrees or replays"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    data = json.loads(report.read_text())
+    (impl,) = data["implementations"]
+    assert done.returncode != 0 and impl["verdict"] == "fail"
+    assert len(impl["crashes"]) == 1 + 4 + fixtures, (len(impl["crashes"]), done.stdout[-2000:])
+    assert "maximum crashed workers reached" not in done.stdout + done.stderr

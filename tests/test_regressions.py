@@ -19,7 +19,7 @@ def pytest_generate_tests(metafunc):
     root = Path(metafunc.config.getoption("regressions_dir"))
     params = []
     for op in OPS:
-        for path in fixture_files(root, op):
+        for path in frozen_fixture_files(root, op):
             for impl in implementations_under_test(metafunc.config, op):
                 params.append(pytest.param(path, impl, id=f"{op}/{path.stem}-{impl.name}",
                                            marks=getattr(pytest.mark, op)))
@@ -27,6 +27,16 @@ def pytest_generate_tests(metafunc):
         params.append(pytest.param(None, None, id="no-fixtures",
                                    marks=pytest.mark.skip(reason=f"no fixtures under {root}")))
     metafunc.parametrize("fixture_file,implementation", params)
+
+
+def frozen_fixture_files(root: Path, op: str) -> list[Path]:
+    """The fixtures that existed when the run began (conftest records when, before workers
+    start). Fixtures written during the run (a failure found by another test) must not change
+    what a replacement worker collects: xdist stops a run whose workers collected different tests."""
+    import os
+    import time
+    started = float(os.environ.get("_TRITONFUZZ_RUN_STARTED", time.time()))
+    return [p for p in fixture_files(root, op) if p.stat().st_mtime < started]
 
 
 def test_fixture_replays(fixture_file, implementation, fuzz):
