@@ -260,6 +260,24 @@ def beyond_int32(request, run_options):
     return need_bytes
 
 
+class SuiteError(Exception):
+    """tritonfuzz itself failed while judging a case (the oracle, a check, the recorder): not a
+    verdict on the kernel. The gate reports it on its own line and exits with code 3."""
+
+
+def _suite_errors(excinfo) -> list[SuiteError]:
+    """The SuiteErrors in a test's exception (Hypothesis may group several bugs)."""
+    if excinfo is None:
+        return []
+    stack, found = [excinfo.value], []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, SuiteError):
+            found.append(e)
+        stack += list(getattr(e, "exceptions", ()))
+    return found
+
+
 class Fuzz:
     """What a property calls: run the case; tally the verdict for the gate; write a fixture for
     each new unsupported input class; on failure remember the case under its signature and raise
@@ -290,7 +308,14 @@ class Fuzz:
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
                        timeout_s=self.case_timeout_s):
-            verdict = run_case(implementation.op, implementation.fn, case, self.options)
+            try:
+                verdict = run_case(implementation.op, implementation.fn, case, self.options)
+            except Exception as e:  # the kernel's own exceptions are verdicts inside run_case: this is ours
+                import traceback
+                where = "".join(traceback.format_exception(e, limit=-3)).strip()
+                raise SuiteError(f"tritonfuzz failed while judging {implementation.op} / {implementation.name} on "
+                                 f"case {case.summary()}: {type(e).__name__}: {e}. This is the suite's error, not "
+                                 f"the kernel's; please report it with this message and:\n{where}") from e
         return self.record(case, implementation, verdict)
 
     def record(self, case, implementation, verdict):
@@ -362,6 +387,10 @@ def pytest_runtest_makereport(item, call):
     impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
     if impl is not None:
         report.user_properties.append(("tritonfuzz_impl", {"op": impl.op, "implementation": impl.name}))
+    if call.when == "call" and impl is not None:
+        for error in _suite_errors(call.excinfo):
+            report.user_properties.append(("tritonfuzz_suite_error", {"op": impl.op, "implementation": impl.name,
+                                                                       "message": str(error)[:2000]}))
     fuzz = item.funcargs.get("fuzz") if call.when == "call" and hasattr(item, "funcargs") else None
     if fuzz is not None and fuzz.tally is not None:
         report.user_properties.append(("tritonfuzz_tally", fuzz.tally.to_json()))
@@ -404,7 +433,9 @@ class GateSummary:
         if impl is not None:
             s = self.summary(*impl)
             s.elapsed_s += report.duration
-            if report.failed:
+            suite_only = report.failed and any(n == "tritonfuzz_suite_error" for n, _ in report.user_properties) \
+                and not any(n == "tritonfuzz_fixture" for n, _ in report.user_properties)
+            if report.failed and not suite_only:
                 s.tests_failed += 1
             if report.skipped and TEST_KINDS.get(report.nodeid.split("::")[-1].split("[")[0]) == "judge":
                 s.judge_official["skipped"] += 1
@@ -423,6 +454,14 @@ class GateSummary:
                 self.summary(value["op"], value["implementation"]).static_findings += value["findings"]
             elif name == "tritonfuzz_crash":
                 self.summary(value["op"], value["implementation"]).crashes.append(value["message"])
+            elif name == "tritonfuzz_suite_error":
+                self.summary(value["op"], value["implementation"]).suite_errors.append(value["message"])
+
+    def pytest_sessionfinish(self, session):
+        """Exit code 3 when the suite itself failed and the kernels gave no failure of their own."""
+        summaries = self.summaries.values()
+        if any(s.suite_errors for s in summaries) and not any(s.verdict == "FAIL" for s in summaries):
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):

@@ -84,6 +84,7 @@ class ImplementationSummary:
     static_findings: list = field(default_factory=list)
     new_fixtures: list = field(default_factory=list)
     crashes: list = field(default_factory=list)
+    suite_errors: list = field(default_factory=list)  # tritonfuzz's own errors: never a verdict on the kernel
     notes: list = field(default_factory=list)
 
     def merge_tally(self, tally: dict, *, passed: bool) -> None:
@@ -115,7 +116,7 @@ class ImplementationSummary:
     def verdict(self) -> str:
         failed = self.tests_failed or self.crashes or any(c[FAIL] for c in self.checks.values()) or \
             any(f["severity"] == "error" for f in self.static_findings) or (self.strict and self.unsupported)
-        return "FAIL" if failed else "PASS"
+        return "FAIL" if failed else "ERROR" if self.suite_errors else "PASS"
 
     def to_json(self, budget_s) -> dict:
         return {
@@ -132,6 +133,7 @@ class ImplementationSummary:
             "static_findings": self.static_findings,
             "new_fixtures": self.new_fixtures,
             "crashes": self.crashes,
+            "suite_errors": self.suite_errors,
             "notes": self.all_notes(),
         }
 
@@ -176,6 +178,8 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
               for f in s.static_findings]
     for crash in s.crashes:
         lines.append(f"  CRASH: {crash}")
+    for error in s.suite_errors:
+        lines.append(f"  TRITONFUZZ ERROR (the suite's, not the kernel's; exit code 3): {_short(error, 400)}")
     if s.new_fixtures:
         lines.append(f"  new fixtures ({len(s.new_fixtures)}; one per distinct bug and test):")
         lines += [(f"    {f['bug']}: " if f.get("bug") else "    ") + f"{f['path']}\n      replay: {f['replay']}"
@@ -235,7 +239,8 @@ def report_json(summaries, *, device: str, profile: str, budget_s) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "hypothesis_profile": profile,
-        "verdict": "fail" if any(s.verdict == "FAIL" for s in summaries) else "pass",
+        "verdict": "fail" if any(s.verdict == "FAIL" for s in summaries) else
+                   "error" if any(s.verdict == "ERROR" for s in summaries) else "pass",
         "implementations": [s.to_json(budget_s) for s in summaries],
     }
 

@@ -313,7 +313,12 @@ class KernelScope:
                 scope._launched(getattr(getattr(this, "fn", None), "__name__", "kernel"))
                 if hasattr(this, "arg_names") and hasattr(this, "constexprs"):  # an interpreter GridExecutor
                     with scope._paused():
-                        scope.launch_specs.append(launch_spec(this.fn, this.arg_names, this.constexprs, args, kwargs))
+                        try:
+                            spec = launch_spec(this.fn, this.arg_names, this.constexprs, args, kwargs)
+                        except Exception as e:  # the recorder's own gap: never the kernel's exception
+                            spec = (f"{getattr(this.fn, '__name__', 'kernel')}: the launch could not be recorded "
+                                    f"({type(e).__name__}: {e}), a gap of tritonfuzz's recorder")
+                        scope.launch_specs.append(spec)
             with scope._paused():
                 return original(this, *args, **kwargs)
 

@@ -4,6 +4,7 @@ file fails and names that file; a kernel that segfaults gets a verdict instead o
 run down."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -224,3 +225,37 @@ def test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test(tmp_p
     assert done.returncode != 0 and impl["verdict"] == "fail"
     assert len(impl["crashes"]) == 1 + 4 + fixtures, (len(impl["crashes"]), done.stdout[-2000:])
     assert "maximum crashed workers reached" not in done.stdout + done.stderr
+
+
+SUITE_BUG_PLUGIN = textwrap.dedent('''
+    """Loaded with -p: makes tritonfuzz's own hc_head verdict raise, as a bug of the suite would."""
+    import oracles.hc_head
+
+
+    def broken_verdict_checks(*args, **kwargs):
+        raise TypeError("unhashable type: 'dict' (a planted bug of the suite)")
+
+
+    oracles.hc_head.verdict_checks = broken_verdict_checks
+''')
+
+
+def test_the_suites_own_error_is_not_a_verdict_on_the_kernel(tmp_path):
+    (tmp_path / "suite_bug.py").write_text(SUITE_BUG_PLUGIN)
+    kernel = tmp_path / "my_hc_head.py"
+    shutil.copy(HC_HEAD, kernel)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_bug", f"--kernel=hc_head={kernel}",
+                           "--hypothesis-profile", "ci", "--gate-budget", "5", "--gate-report", str(report),
+                           f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
+                           "tests/test_hc_head.py", "-k", "judge_cases"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    data = json.loads(report.read_text())
+    (impl,) = data["implementations"]
+    jsonschema.validate(data, SCHEMA)
+    assert done.returncode == 3, done.stdout[-3000:]
+    assert impl["verdict"] == "error" and data["verdict"] == "error"
+    assert impl["suite_errors"] and "the suite's error, not the kernel's" in impl["suite_errors"][0]
+    assert "TRITONFUZZ ERROR (the suite's, not the kernel's" in done.stdout
+    assert not impl["new_fixtures"]
