@@ -26,7 +26,7 @@ import torch
 from oracles.gpu_compile import GPU_COMPILE, gpu_compile_check
 from oracles.registry import get_op
 from oracles.sanitizers import (SANITIZER_CHECKS, determinism_check, inputs_unchanged_check, launch_check,
-                                poison_check, red_zone_check, run_kernel)
+                                memcheck_check, poison_check, red_zone_check, run_kernel)
 from oracles.verdict import FAIL, PASS, UNSUPPORTED, UNTRUSTED, Check, Verdict
 from strategies.case import Case
 
@@ -181,7 +181,7 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
                 verdict.add(compiled if verdict.checks[-1].status == FAIL else
                             Check(compiled.name, UNSUPPORTED, compiled.message, kind=verdict.checks[-1].kind,
                                   details=verdict.checks[-1].details))
-        for check in (red_zone_check(run, {}), inputs_unchanged_check(run, case)):
+        for check in (red_zone_check(run, {}), memcheck_check(run), inputs_unchanged_check(run, case)):
             if check.status == FAIL:
                 verdict.add(check)
         return verdict
@@ -193,6 +193,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
             verdict.add(compile_refusal(op_name, case, gpu_compile_check(run.launch_specs,
                                                                          portability=options.portability)))
         verdict.add(red_zone_check(run, outputs, reference))
+        if interpreter_active():
+            verdict.add(memcheck_check(run))
         verdict.add(poison_check(run, outputs, reference))
     verdict.add(inputs_unchanged_check(run, case))
     for check in oracle.verdict_checks(case, outputs, reference, judge_exact=options.judge_exact):

@@ -77,7 +77,7 @@ from oracles.gpu_compile import launch_spec
 from oracles.verdict import FAIL, PASS, SKIP, Check, fmt, index_str, listed
 from strategies.case import Case, storage_span
 
-SANITIZER_CHECKS = ("launch", "red-zone", "poison", "inputs-unchanged", "determinism")
+SANITIZER_CHECKS = ("launch", "red-zone", "poison", "inputs-unchanged", "determinism", "memcheck")
 
 GUARD_MIN_BYTES = 64 * 1024
 GUARD_MAX_BYTES = 16 * 1024 * 1024
@@ -263,11 +263,62 @@ class _AllocationMode(TorchFunctionMode):
             raise SanitizerError(f"guarding the result of {func.__name__} failed: {type(e).__name__}: {e}") from e
 
 
+@dataclass
+class MemoryAccess:
+    kind: str      # "load" or "store"
+    label: str     # the buffer whose guard band the lane hit
+    offset: int    # elements relative to the start of that buffer's span (negative: before it)
+    lanes: int     # masked-in lanes of this access that hit it
+
+
+class MemoryMap:
+    """memcheck under the CPU interpreter: every masked-in lane of every interpreted load and
+    store is looked up among the guarded buffers of the call (inputs and the kernel's own
+    allocations). A lane in a guard band is an out-of-bounds access of that buffer, whether or
+    not the value ever reaches an output (an out-of-bounds read that the output's mask discards
+    still faults, or reads another buffer, on a GPU). Lanes outside every known buffer are not
+    judged: a module-level tensor the suite did not allocate may live there."""
+
+    MAX_RECORDED = 5
+
+    def __init__(self):
+        self.bands: list[tuple[int, int, int, int, str]] = []  # (lo, hi, span_lo, itemsize, label), bytes
+        self.accesses: list[MemoryAccess] = []
+        self.total = 0
+
+    def add(self, g: "Guarded") -> None:
+        if not g.guard or g.buffer.device.type != "cpu":
+            return
+        size = g.buffer.element_size()
+        base = g.buffer.data_ptr()
+        span_lo, span_hi = base + g.guard * size, base + (g.guard + g.extent) * size
+        self.bands.append((base, span_lo, span_lo, size, g.label))
+        self.bands.append((span_hi, span_hi + g.guard * size, span_lo, size, g.label))
+
+    def check(self, kind: str, ptrs, mask) -> None:
+        import numpy as np
+        if not self.bands:
+            return
+        addresses = np.asarray(ptrs).astype(np.uint64).reshape(-1)
+        if mask is not None:
+            addresses = addresses[np.broadcast_to(np.asarray(mask, dtype=bool), np.asarray(ptrs).shape).reshape(-1)]
+        if not addresses.size:
+            return
+        for lo, hi, span_lo, size, label in self.bands:
+            hit = addresses[(addresses >= lo) & (addresses < hi)]
+            if hit.size:
+                self.total += int(hit.size)
+                if len(self.accesses) < self.MAX_RECORDED:
+                    first = (int(hit.min()) - span_lo) // size
+                    self.accesses.append(MemoryAccess(kind, label, first, int(hit.size)))
+
+
 class KernelScope:
     """Context manager around the kernel call: guards allocations, counts Triton launches, and
     always restores everything it patched (also when the kernel raises)."""
 
-    def __init__(self):
+    def __init__(self, memory: MemoryMap | None = None):
+        self.memory = memory if memory is not None else MemoryMap()
         self.launches: list[str] = []
         self.launch_specs: list = []  # interpreted launches, for the gpu-compile check (oracles/gpu_compile.py)
         self.allocations: list[Allocation] = []
@@ -290,6 +341,7 @@ class KernelScope:
             fill_pattern(g.span, sentinel_pattern(result.dtype))  # gaps, if any, read as red zone
             g.view.copy_(result)
         self.allocations.append(Allocation(len(self.allocations), call, poisoned, g))
+        self.memory.add(g)
         return g.view
 
     # -- launches ------------------------------------------------------------------------------
@@ -351,6 +403,30 @@ class KernelScope:
         setattr(owner, "launch_enter_hook", chained)
         stack.callback(setattr, owner, "launch_enter_hook", previous)
 
+    def _hook_interpreter_memory(self, stack: contextlib.ExitStack) -> None:
+        """Wrap the interpreter builder's masked loads and stores (plain ones call them) and atomics:
+        each access's masked-in pointers go through the memory map first."""
+        from triton.runtime.interpreter import InterpreterBuilder
+        memory = self.memory
+        hooks = {"create_masked_load": ("load", 0, 1), "create_masked_store": ("store", 0, 2),
+                 "create_atomic_rmw": ("store", 1, 3), "create_atomic_cas": ("store", 0, None)}
+        for attr, (kind, ptr_at, mask_at) in hooks.items():
+            original = InterpreterBuilder.__dict__.get(attr)
+            if original is None:
+                continue
+
+            def wrapper(this, *args, _original=original, _kind=kind, _ptr=ptr_at, _mask=mask_at, **kwargs):
+                try:
+                    ptrs = args[_ptr].data
+                    mask = args[_mask].data if _mask is not None and args[_mask] is not None else None
+                    memory.check(_kind, ptrs, mask)
+                except Exception:  # a form the map cannot read: not checked, never the kernel's error
+                    pass
+                return _original(this, *args, **kwargs)
+
+            setattr(InterpreterBuilder, attr, wrapper)
+            stack.callback(setattr, InterpreterBuilder, attr, original)
+
     def __enter__(self) -> "KernelScope":
         stack = contextlib.ExitStack()
         try:
@@ -359,6 +435,7 @@ class KernelScope:
             from triton.runtime.jit import JITFunction
 
             self._patch(stack, GridExecutor, "__call__", count=True)    # interpreter launches
+            self._hook_interpreter_memory(stack)                         # memcheck
             self._patch(stack, JITFunction, "run", count=False)         # compiled: pause only
             self._patch(stack, Autotuner, "run", count=False)
             self._hook_compiled_launches(stack)                          # compiled launches
@@ -390,6 +467,7 @@ class KernelRun:
     launches: list[str] = field(default_factory=list)
     launch_specs: list = field(default_factory=list)
     allocations: list[Allocation] = field(default_factory=list)
+    memory: MemoryMap | None = None
 
 
 def synchronize(device) -> None:
@@ -404,7 +482,10 @@ def run_kernel(fn, case: Case, device, *, sanitize: bool = True) -> KernelRun:
                for name, t in case.tensors().items()}
     args = {k: guarded[k].view if k in guarded else v for k, v in case.inputs.items()}
     run = KernelRun(guarded, sanitized=sanitize)
-    scope = KernelScope() if sanitize else None
+    memory = MemoryMap()
+    for g in guarded.values():
+        memory.add(g)
+    scope = KernelScope(memory) if sanitize else None
     try:
         with scope if scope is not None else contextlib.nullcontext():
             out = fn(**args)
@@ -418,11 +499,29 @@ def run_kernel(fn, case: Case, device, *, sanitize: bool = True) -> KernelRun:
         run.error = e
     if scope is not None:
         run.launches, run.allocations, run.launch_specs = scope.launches, scope.allocations, scope.launch_specs
+        run.memory = scope.memory
     return run
 
 
 # ---------------------------------------------------------------------------------------------
 # Checks
+
+
+MEMCHECK = "memcheck"
+
+
+def memcheck_check(run: KernelRun) -> Check:
+    """Out-of-bounds loads and stores seen lane by lane under the interpreter (MemoryMap)."""
+    memory = run.memory
+    if memory is None or not memory.bands:
+        return Check(MEMCHECK, SKIP, "no guarded CPU buffers to check (a GPU run, or sanitizers off)")
+    if not memory.total:
+        return Check(MEMCHECK, PASS)
+    shown = "; ".join(f"{a.kind} of {a.lanes} lane(s) {'before' if a.offset < 0 else 'past'} {a.label} "
+                      f"(first at element {a.offset} relative to its storage span)" for a in memory.accesses)
+    more = f"; ... ({memory.total} lanes in all)" if len(memory.accesses) == MemoryMap.MAX_RECORDED else ""
+    return Check(MEMCHECK, FAIL, f"out-of-bounds access under the interpreter: {shown}{more}. On a GPU such an "
+                                 f"access faults or reads/writes another buffer, even where the output is right")
 
 
 def launch_check(run: KernelRun, outputs: dict[str, Any]) -> Check:

@@ -184,6 +184,44 @@ def test_sentinel_in_a_result_is_an_out_of_bounds_load(run_options, dtype):
 
 
 # ---------------------------------------------------------------------------------------------
+# memcheck: an out-of-bounds read whose value never reaches an output
+
+
+@triton.jit
+def _copy_reading_one_past(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    ahead = tl.load(x_ptr + offs, mask=offs <= n, other=0.0)  # reads x[n]: one past the end
+    tl.store(y_ptr + offs, ahead, mask=offs < n)                # ...but never stores it
+
+
+def copy_reading_one_past(x):
+    y = torch.empty_like(x)
+    _copy_reading_one_past[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel() + 1))
+    return y
+
+
+@pytest.mark.skipif(not interpreter_active(), reason="memcheck checks the CPU interpreter's lanes")
+def test_an_out_of_bounds_read_that_leaves_the_output_right_fails_memcheck(run_options):
+    from oracles.sanitizers import memcheck_check
+    x = torch.arange(1, 6, dtype=torch.float32)
+    run = run_kernel(copy_reading_one_past, Case("hc_head", {"x": x}), run_options.device)
+    assert run.error is None and torch.equal(run.outputs[0], x), (run.error, run.outputs)
+    check = memcheck_check(run)
+    assert check.status == FAIL and "load of 1 lane(s) past input x (first at element 5" in check.message, check
+    # red zones cannot see it: no sentinel reached the output, no guard band was written
+    assert red_zone_check(run, {"y": run.outputs[0]}, {"y": x}).status == PASS
+    clean = run_kernel(copy_from_next, Case("hc_head", {"x": x}), run_options.device)
+    assert memcheck_check(clean).status == FAIL  # reads x[5] too (its output shows the sentinel)
+
+
+@pytest.mark.skipif(not interpreter_active(), reason="memcheck checks the CPU interpreter's lanes")
+@pytest.mark.parametrize("case", judge_cases()[:2], ids=lambda c: c.label)
+def test_the_bundled_kernel_is_clean_under_memcheck(run_options, case):
+    verdict = run_case("hc_head", hc_head, case, run_options)
+    assert verdict.check("memcheck").status == PASS, verdict.render()
+
+
+# ---------------------------------------------------------------------------------------------
 # The interception is scoped, and the guarded buffers are what they claim
 
 
