@@ -302,9 +302,7 @@ class Fuzz:
             self.tally.budget_exhausted = True
             failure = self.seen_failing.get(case.content_hash())
             if failure is not None:  # Hypothesis replays a failure it found: the same answer, no new run
-                signature = failure_signature(failure)
-                raise failure_exception(signature)(failure_message(case, implementation, failure.verdict,
-                                                                   self.options))
+                self._raise(failure)
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
                        timeout_s=self.case_timeout_s):
@@ -329,11 +327,15 @@ class Fuzz:
         self.progress()
         if verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict):
             failure = Failure(case, implementation, verdict, self.options)
-            signature = failure_signature(failure)
-            self.node.stash.setdefault(FAILURES, {})[signature] = failure
+            self.node.stash.setdefault(FAILURES, {})[failure_signature(failure)] = failure
             self.seen_failing[case.content_hash()] = failure
-            raise failure_exception(signature)(failure_message(case, implementation, verdict, self.options))
+            self._raise(failure)
         return verdict
+
+    def _raise(self, failure: Failure):
+        __tracebackhide__ = True
+        raise failure_exception(failure_signature(failure))(
+            failure_message(failure.case, failure.implementation, failure.verdict, self.options))
 
     def _start(self, implementation):
         if self.tally is None:
@@ -348,8 +350,7 @@ class Fuzz:
         small = minimized_unsupported(failure, refusal, budget_s=min(5.0, config.getoption("minimize_budget")))
         root = Path(config.getoption("regressions_dir"))
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(config, implementation),
-                                      custom_root=root.resolve() != (ROOT / "tests" / "regressions").resolve(),
-                                      findings=small.verdict.unsupported())
+                                      custom_root=is_custom_root(root), findings=small.verdict.unsupported())
         entry = self.tally.unsupported[refusal]
         entry["fixture"], entry["replay"] = str(path), replay
 
@@ -370,6 +371,11 @@ def fuzz(request, run_options) -> Fuzz:
     return Fuzz(request.node, run_options, budget_s=config.getoption("gate_budget"),
                 case_timeout_s=config.getoption("case_timeout"),
                 kind=TEST_KINDS.get(request.node.originalname, "fuzz"))
+
+
+def is_custom_root(root: Path) -> bool:
+    """Fixtures written elsewhere than tests/regressions: the replay command must say where."""
+    return root.resolve() != (ROOT / "tests" / "regressions").resolve()
 
 
 def kernel_option_for(config, implementation) -> str | None:
@@ -404,7 +410,7 @@ def pytest_runtest_makereport(item, call):
         if not small.verdict.failures(judge_exact=small.options.judge_exact, strict=small.options.strict):
             small = failure  # flaky under replay (a race?): keep the original case
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
-                                      custom_root=root.resolve() != (ROOT / "tests" / "regressions").resolve())
+                                      custom_root=is_custom_root(root))
         text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{small.verdict.render()}\n"
                 f"fixture: {path}\nreplay:  {replay}")
         report.sections.append((f"tritonfuzz regression fixture ({signature})", text))

@@ -53,15 +53,18 @@ def interpreter_gap(error: BaseException) -> bool:
     tensor combined with a Python float constant cannot run there)."""
     if not interpreter_active():
         return False
+    return any((isinstance(e, NotImplementedError) and "interpreter" in str(e))
+               or (isinstance(e, AttributeError) and "'InterpreterBuilder' object has no attribute" in str(e))
+               for e in error_chain(error))
+
+
+def error_chain(error: BaseException | None):
+    """The error, then its causes and contexts, each once."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, NotImplementedError) and "interpreter" in str(error):
-            return True
-        if isinstance(error, AttributeError) and "'InterpreterBuilder' object has no attribute" in str(error):
-            return True
+        yield error
         error = error.__cause__ or error.__context__
-    return False
 
 
 def raised_by_interpreter(error: BaseException) -> bool:
@@ -69,14 +72,9 @@ def raised_by_interpreter(error: BaseException) -> bool:
     and is not a device-side assert of the kernel's own."""
     if not interpreter_active():
         return False
-    seen, found = set(), False
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, AssertionError):
-            return False
-        found |= type(error).__name__ == "InterpreterError"
-        error = error.__cause__ or error.__context__
-    return found
+    chain = list(error_chain(error))
+    return (any(type(e).__name__ == "InterpreterError" for e in chain)
+            and not any(isinstance(e, AssertionError) for e in chain))
 
 
 def call_kernel(fn, inputs: dict) -> tuple:
@@ -177,10 +175,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
                 verdict.add(gpu_compile_check(run.launch_specs, portability=options.portability))
         else:
             verdict.add(refusal_check(op_name, case, run.error, problem))
-            if compiled is not None and compiled.status == FAIL:
-                verdict.add(compiled if verdict.checks[-1].status == FAIL else
-                            Check(compiled.name, UNSUPPORTED, compiled.message, kind=verdict.checks[-1].kind,
-                                  details=verdict.checks[-1].details))
+            if compiled is not None and compiled.status == FAIL:  # the compiler's reason, severity as above
+                verdict.add(compile_refusal(op_name, case, compiled))
         for check in (red_zone_check(run, {}), memcheck_check(run), inputs_unchanged_check(run, case)):
             if check.status == FAIL:
                 verdict.add(check)
