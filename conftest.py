@@ -30,7 +30,8 @@ from oracles.differential import RunOptions, run_case  # noqa: E402
 from oracles.failures import (Failure, failure_exception, failure_message, failure_signature, minimized,  # noqa: E402
                               minimized_unsupported, record_fixture)
 from oracles.gate import ImplementationSummary, Tally, dumps, render_table, report_json  # noqa: E402
-from oracles.inflight import crashed_case_verdict, in_flight, inflight_dir  # noqa: E402
+from oracles.inflight import (crashed_case_verdict, end_worker_after_device_fault, in_flight,  # noqa: E402
+                              in_worker, inflight_dir)
 from oracles.platform import suite_device  # noqa: E402
 from oracles.registry import OPS  # noqa: E402
 from oracles.verdict import FAIL as FAIL_STATUS  # noqa: E402
@@ -49,6 +50,7 @@ settings.register_profile("soak", max_examples=5000, deadline=None, print_blob=T
 settings.load_profile("dev")
 
 KERNELS = pytest.StashKey[dict]()          # op -> list[LoadedKernel] from --kernel
+MINIMIZE_ERRORS = pytest.StashKey[list]()  # the suite's own errors while minimizing (reported, not raised)
 FAILURES = pytest.StashKey[dict]()         # signature -> the last failing case of that kind (Hypothesis replays
                                            # each distinct bug's shrunk case last)
 
@@ -243,11 +245,23 @@ def run_options(request) -> RunOptions:
 TEST_KINDS = {"test_judge_cases": "judge", "test_fixture_replays": "fixture"}
 
 
+# Set when a kernel faulted the GPU in this process (no xdist worker to end): its CUDA context
+# is gone, so every later test that would run a kernel is skipped with this reason.
+LOST_DEVICE: list[str] = []
+
+
+def skip_if_device_lost() -> None:
+    if LOST_DEVICE:
+        pytest.skip(f"not run: {LOST_DEVICE[0]}; this process's CUDA context is lost (gates run in an xdist "
+                    f"worker by default, which is replaced after a fault: leave out -n 0 to go on past faults)")
+
+
 @pytest.fixture
 def beyond_int32(request, run_options):
     """A case beyond 2^31 elements (32-bit offsets overflow) runs on a GPU in every gate (--kernel)
     and under the soak profile, when the GPU has the memory: `need_bytes(n)` skips with the reason
     otherwise. The CPU interpreter could not run it at all."""
+    skip_if_device_lost()
     if run_options.device != "cuda":
         pytest.skip("beyond-2^31-element case: GPU only (the interpreter would take hours)")
     if not request.config.stash[KERNELS] and settings._current_profile != "soak":
@@ -300,7 +314,9 @@ class Fuzz:
         self._start(implementation)
         if self.out_of_budget():
             self.tally.budget_exhausted = True
-            failure = self.seen_failing.get(case.content_hash())
+            # Hashing a GPU-sized case costs ~40 ms (it serializes every byte): only when a replay
+            # of a failure is possible at all.
+            failure = self.seen_failing.get(case.content_hash()) if self.seen_failing else None
             if failure is not None:  # Hypothesis replays a failure it found: the same answer, no new run
                 self._raise(failure)
             return None  # past the budget nothing new runs (shrink candidates pass)
@@ -325,6 +341,11 @@ class Fuzz:
             if self.tally.is_new_unsupported(finding.kind):
                 self.unsupported_fixture(case, implementation, verdict, finding.kind)
         self.progress()
+        if verdict.device_lost:
+            if in_worker():  # the controller turns the in-flight record into the verdict and fixture
+                end_worker_after_device_fault(case, implementation, kernel_option_for(self.node.config, implementation),
+                                              verdict.render())
+            LOST_DEVICE.append(f"{implementation.name} faulted the GPU in {self.node.nodeid} on case {case.summary()}")
         if verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict):
             failure = Failure(case, implementation, verdict, self.options)
             self.node.stash.setdefault(FAILURES, {})[failure_signature(failure)] = failure
@@ -367,6 +388,7 @@ class Fuzz:
 
 @pytest.fixture
 def fuzz(request, run_options) -> Fuzz:
+    skip_if_device_lost()
     config = request.config
     return Fuzz(request.node, run_options, budget_s=config.getoption("gate_budget"),
                 case_timeout_s=config.getoption("case_timeout"),
@@ -406,9 +428,7 @@ def pytest_runtest_makereport(item, call):
     del item.stash[FAILURES]
     root = Path(item.config.getoption("regressions_dir"))
     for signature, failure in failures.items():  # one fixture per distinct bug
-        small = minimized(failure, budget_s=item.config.getoption("minimize_budget"))
-        if not small.verdict.failures(judge_exact=small.options.judge_exact, strict=small.options.strict):
-            small = failure  # flaky under replay (a race?): keep the original case
+        small = failure if failure.verdict.device_lost else smallest_still_failing(item, failure)
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
                                       custom_root=is_custom_root(root))
         text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{small.verdict.render()}\n"
@@ -417,6 +437,24 @@ def pytest_runtest_makereport(item, call):
         report.user_properties.append(("tritonfuzz_fixture", {
             "op": failure.implementation.op, "implementation": failure.implementation.name,
             "path": str(path), "replay": replay, "bug": signature}))
+    for message in item.stash.get(MINIMIZE_ERRORS, []):
+        report.user_properties.append(("tritonfuzz_suite_error", {
+            "op": failure.implementation.op, "implementation": failure.implementation.name,
+            "message": f"{message} (the unminimized case was saved); this is the suite's error, please report it"}))
+
+
+def smallest_still_failing(item, failure: Failure) -> Failure:
+    """The minimized failure; the original when it no longer fails on replay (a race?) or when
+    minimizing breaks (then the fixture is still written, and the suite's error reported)."""
+    try:
+        small = minimized(failure, budget_s=item.config.getoption("minimize_budget"))
+    except Exception as e:
+        item.stash.setdefault(MINIMIZE_ERRORS, []).append(f"minimizing {failure.case.summary()} failed: "
+                                                           f"{type(e).__name__}: {e}")
+        return failure
+    if not small.verdict.failures(judge_exact=small.options.judge_exact, strict=small.options.strict):
+        return failure
+    return small
 
 
 class GateSummary:

@@ -94,6 +94,26 @@ def raised_message(e: BaseException) -> str:
 # Errors that are faults of the device or the process, never a kernel's deliberate refusal.
 _FAULT_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
                   "CUDA error", "HIP error", "an illegal instruction", "out of memory")
+# Of those, the ones after which the CUDA context is unusable: every later CUDA call in the
+# process fails (an out-of-memory leaves the context alive).
+_CONTEXT_FAULT_MARKERS = ("illegal memory access", "misaligned address", "device-side assert",
+                          "unspecified launch failure", "an illegal instruction", "illegal address",
+                          "hardware exception", "warp out-of-range", "invalid program counter")
+DEVICE_FAULT = "device-fault"
+
+
+def device_fault(error: BaseException | None) -> bool:
+    """The GPU faulted while running the kernel: the process's CUDA context is lost."""
+    return any(any(marker in str(e) for marker in _CONTEXT_FAULT_MARKERS) for e in error_chain(error))
+
+
+def device_fault_verdict(problem: str) -> Verdict:
+    """The verdict on a case that faulted the GPU: a failure whatever the input (a refusal never
+    faults), and nothing more is checked -- every later CUDA call of this process would fail."""
+    verdict = Verdict(device_lost=True)
+    verdict.add(Check(DEVICE_FAULT, FAIL, f"{problem} -- the GPU faulted (out-of-bounds access, device assert or "
+                                          f"launch failure); this process's CUDA context is lost"))
+    return verdict
 
 
 def clean_refusal(error: BaseException) -> bool:
@@ -158,6 +178,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
     verdict = Verdict()
     run = run_kernel(fn, case, options.device, sanitize=options.sanitize)
     names = oracle.OUTPUT_NAMES
+    if device_fault(run.error):
+        return device_fault_verdict(raised_message(run.error))
     if run.error is not None or len(run.outputs) != len(names):
         # No outputs to judge; what the call did to memory before it ended is still reported.
         problem = raised_message(run.error) if run.error is not None else (
@@ -197,6 +219,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
         verdict.add(check)
     if options.determinism:
         again = run_kernel(fn, case, options.device, sanitize=options.sanitize)
+        if device_fault(again.error):
+            return device_fault_verdict(f"on its second run: {raised_message(again.error)}")
         second = again.error if again.error is not None else dict(zip(names, again.outputs))
         verdict.add(determinism_check(outputs, second))
     return mark_untrusted(case, verdict, options)

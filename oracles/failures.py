@@ -21,7 +21,7 @@ class KernelCheckFailed(AssertionError):
 
 # Which check names a failure first, when a case fails several: memory and launch faults before
 # contract, the choice before the values computed from it, the values before the judge's verdict.
-PRIMARY_ORDER = ("launch", "red-zone", "poison", "inputs-unchanged", "gpu-compile", "contract", "indices",
+PRIMARY_ORDER = ("device-fault", "launch", "red-zone", "poison", "inputs-unchanged", "gpu-compile", "contract", "indices",
                  "specials", "accuracy", "judge", "determinism")
 _SIGNATURE_TYPES: dict[str, type] = {}
 

@@ -22,6 +22,7 @@ from strategies.fixtures import write_fixture
 ENV_DIR = "_TRITONFUZZ_INFLIGHT_DIR"  # set by the controller, inherited by the workers
 MAX_RECORDED_BYTES = 8 * 1024 * 1024  # larger cases are recorded by their summary only
 HANG_EXIT_CODE = 70
+DEVICE_FAULT_EXIT_CODE = 71
 
 
 def inflight_dir(*, fresh: bool = False) -> Path:
@@ -37,6 +38,16 @@ def _case_bytes(case) -> int:
     return sum(t.numel() * t.element_size() for t in case.tensors().values())
 
 
+def _record(case, implementation, kernel_option, reason: str = "crashed") -> dict:
+    return {"op": implementation.op, "implementation": implementation.name, "kernel_option": kernel_option,
+            "summary": case.summary(), "reason": reason,
+            "case": case_to_json(case) if _case_bytes(case) <= MAX_RECORDED_BYTES else None}
+
+
+def in_worker() -> bool:
+    return os.environ.get("PYTEST_XDIST_WORKER") is not None
+
+
 @contextmanager
 def in_flight(case, implementation, kernel_option, *, timeout_s: float):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
@@ -44,9 +55,7 @@ def in_flight(case, implementation, kernel_option, *, timeout_s: float):
         yield
         return
     path = inflight_dir() / f"{worker}.json"
-    record = {"op": implementation.op, "implementation": implementation.name, "kernel_option": kernel_option,
-              "summary": case.summary(), "reason": "crashed",
-              "case": case_to_json(case) if _case_bytes(case) <= MAX_RECORDED_BYTES else None}
+    record = _record(case, implementation, kernel_option)
     path.write_text(json.dumps(record))
     timer = threading.Timer(timeout_s, _hang, args=(path, record, timeout_s))
     timer.daemon = True
@@ -61,6 +70,17 @@ def in_flight(case, implementation, kernel_option, *, timeout_s: float):
 def _hang(path: Path, record: dict, timeout_s: float) -> None:
     path.write_text(json.dumps({**record, "reason": f"timed out after {timeout_s:g} s"}))
     os._exit(HANG_EXIT_CODE)  # the kernel holds the interpreter or the GPU; only the process can go
+
+
+def end_worker_after_device_fault(case, implementation, kernel_option, message: str) -> None:
+    """The kernel faulted the GPU: every later CUDA call of this worker would fail, so the worker
+    records the case as its in-flight crash and exits; the controller turns the record into a
+    verdict and a fixture (crashed_case_verdict) and xdist starts a fresh worker for the rest."""
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    first_line = message.strip().splitlines()[0] if message.strip() else "device fault"
+    record = _record(case, implementation, kernel_option, reason=f"device fault ({first_line[:300]})")
+    (inflight_dir() / f"{worker}.json").write_text(json.dumps(record))
+    os._exit(DEVICE_FAULT_EXIT_CODE)
 
 
 def crashed_case_verdict(config, report) -> dict | None:
@@ -80,7 +100,8 @@ def crashed_case_verdict(config, report) -> dict | None:
         case = case_from_json(record["case"])
         root = Path(config.getoption("regressions_dir"))
         fixture = write_fixture(root, case, {
-            "failure": {"checks": [record["reason"].split()[0]], "message": message},
+            "failure": {"checks": ["device-fault" if record["reason"].startswith("device fault")
+                                   else record["reason"].split()[0]], "message": message},
             "kernel": {"name": record["implementation"], "path": record["kernel_option"], "sha256": ""},
             "device": "unknown (the worker died)",
         })

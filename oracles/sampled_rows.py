@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from oracles.differential import raised_message, refusal_check
+from oracles.differential import device_fault, device_fault_verdict, raised_message, refusal_check
 from oracles.registry import get_op
 from oracles.verdict import FAIL, Check, Verdict
 from strategies.case import Case
@@ -32,6 +32,8 @@ def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
         raw = fn(**inputs)
         torch.cuda.synchronize()
     except Exception as e:  # judged against the big case's shape: that is what the kernel refused
+        if device_fault(e):
+            return case, device_fault_verdict(f"[{shape}] input: {raised_message(e)}")
         verdict.add(refusal_check(op_name, Case(op_name, inputs), e, f"[{shape}] input: {raised_message(e)}"))
         return case, verdict
     raw = raw if isinstance(raw, tuple) else (raw,)

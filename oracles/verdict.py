@@ -76,6 +76,9 @@ class Check:
 class Verdict:
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The kernel faulted the GPU (illegal address, device-side assert...): this process's CUDA
+    # context is gone, so nothing else may run on it (conftest.py Fuzz.record ends the worker).
+    device_lost: bool = False
 
     def add(self, check: Check) -> None:
         self.checks.append(check)

@@ -3,6 +3,7 @@ seven cases; and the structural moves the minimizer uses to make a failing case 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -109,13 +110,19 @@ def _special_feature(value: float) -> str:
     return "huge" if abs(value) > 1 else "denormal"
 
 
-def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
-    """The judge's seven cases, built as its test file builds them (tests/test_hc_head.py of
+def judge_cases(device: str | torch.device = "cpu") -> tuple[Case, ...]:
+    """The judge's seven cases (built once per device and process: the bench-size ones take ~4 s
+    on a CPU, and every test module asks for them), built as its test file builds them (tests/test_hc_head.py of
     flagos-ai/FlagGems-sglang): on the chip under test, one torch.Generator(device).manual_seed(0)
     a case drawing, in order, x = randn(T, hc_mult, hidden) float32 cast to bf16, hc_fn =
     randn(hc_mult, hc_mult * hidden) * 0.02, hc_base = 0.1 randn(hc_mult); hc_scale = [1.5],
     norm_eps 1e-6, hc_eps 1e-3. CUDA and CPU generators draw different numbers: build them on the
     device the kernel runs on. The Case keeps CPU copies; Case.to(device) puts every tensor back."""
+    return _judge_cases(str(device))
+
+
+@functools.lru_cache(maxsize=2)
+def _judge_cases(device: str) -> tuple[Case, ...]:
     cases = []
     for T, h, H in JUDGE_SHAPES:
         gen = torch.Generator(device=device).manual_seed(0)
@@ -126,7 +133,7 @@ def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
             "x": x.cpu(), "hc_fn": hc_fn.cpu(), "hc_scale": torch.tensor([1.5]), "hc_base": hc_base.cpu(),
             "norm_eps": 1e-6, "hc_eps": 1e-3,
         }, frozenset({"judge"}), f"judge T={T} hc_mult={h} hidden={H}"))
-    return cases
+    return tuple(cases)
 
 
 def smaller_cases(case: Case):

@@ -259,3 +259,50 @@ def test_the_suites_own_error_is_not_a_verdict_on_the_kernel(tmp_path):
     assert impl["suite_errors"] and "the suite's error, not the kernel's" in impl["suite_errors"][0]
     assert "TRITONFUZZ ERROR (the suite's, not the kernel's" in done.stdout
     assert not impl["new_fixtures"]
+
+
+FAULTS_ON_SMALL_HIDDEN = textwrap.dedent('''
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_bundled_hc_head", {bundled!r})
+    _bundled = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_bundled)
+
+
+    def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+        if x.shape[2] == 128:  # what torch raises after a kernel's out-of-bounds access on a GPU
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return _bundled.hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
+''')
+
+
+@pytest.mark.parametrize("workers", ["1", "0"])
+def test_a_device_fault_is_a_verdict_and_the_gate_goes_on(tmp_path, workers):
+    """A GPU fault leaves the process's CUDA context unusable. In a worker (the gate's default)
+    the worker records the case and exits: the fault is a crash verdict with a fixture, and a
+    fresh worker runs the other judge cases. With -n 0 the faulting test fails and every later
+    test is counted as not run, with the reason; nothing else runs on the lost context."""
+    kernel = tmp_path / "faults.py"
+    kernel.write_text(FAULTS_ON_SMALL_HIDDEN.format(bundled=str(HC_HEAD)))
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "-n", workers,
+                           "--hypothesis-profile", "ci", "--gate-report", str(report),
+                           f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
+                           "tests/test_hc_head.py", "-k", "judge_cases"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert "INTERNALERROR" not in out, out[-3000:]
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, SCHEMA)
+    (impl,) = data["implementations"]
+    assert done.returncode == 1 and impl["verdict"] == "fail", out[-3000:]
+    judged = impl["judge_official"]
+    fixtures = list((tmp_path / "regressions" / "hc_head").glob("*.json"))
+    assert len(fixtures) == 1 and "device-fault" in fixtures[0].read_text()
+    if workers == "1":
+        assert len(impl["crashes"]) == 1 and impl["crashes"][0].startswith("device fault ("), impl["crashes"]
+        assert judged["passed"] == 3, judged  # the three other CPU judge cases ran in a fresh worker
+    else:
+        # 3 bench-size cases are GPU-only; the 3 others are not run on the lost context
+        assert judged["failed"] == 1 and judged["skipped"] == 6 and judged["passed"] == 0, judged
+        assert out.count("CUDA context is lost") >= 3, out[-3000:]
