@@ -19,6 +19,10 @@ if INTERPRETED:
     from kernels.interpreter import patch_interpreter
 
     patch_interpreter()
+elif GPU:
+    from kernels.interpreter import sample_autotuning_on_gpu
+
+    sample_autotuning_on_gpu()
 
 from pathlib import Path  # noqa: E402
 
@@ -76,6 +80,9 @@ def pytest_addoption(parser):
     group.addoption("--keep-tmp", action="store_true",
                     help="keep this run's temporary folder (in-flight case records, unpacked zip members) "
                          "and print where it is (default: removed at the end)")
+    group.addoption("--memcheck", action="store_true",
+                    help="on a GPU, after the gate: replay the judge's cases and the fixtures of each --kernel "
+                         "under NVIDIA compute-sanitizer (memcheck); any invalid access fails the gate (slow)")
     group.addoption("--case-timeout", type=float, default=300.0, metavar="SECONDS",
                     help="a single kernel call running longer is a hang: the case is saved as a fixture and "
                          "the worker process ends (default 300)")
@@ -96,6 +103,11 @@ def pytest_cmdline_main(config):
 
 
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        # Not an xdist worker, whatever the environment says: a pytest started from inside a
+        # worker's test inherits PYTEST_XDIST_WORKER, and would take itself for a worker that may
+        # exit after a device fault or a hang.
+        os.environ.pop("PYTEST_XDIST_WORKER", None)
     for op in OPS:
         config.addinivalue_line("markers", f"{op}: tests of the {op} op (select with -m {op})")
     config.addinivalue_line("markers", "gpu: needs a GPU (skipped under the CPU interpreter)")
@@ -237,8 +249,11 @@ def strict(config) -> bool:
 @pytest.fixture(scope="session")
 def run_options(request) -> RunOptions:
     gate = settings._current_profile == "gate"
+    # TRITONFUZZ_SANITIZE=0: no guard bands (set for the compute-sanitizer replay of --memcheck,
+    # where an access into a guard band would be an access into memory the process owns).
+    sanitize = os.environ.get("TRITONFUZZ_SANITIZE", "1") != "0"
     return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"),
-                      strict=strict(request.config), determinism=gate, portability=gate)
+                      strict=strict(request.config), determinism=gate, portability=gate, sanitize=sanitize)
 
 
 # Which tally a test's verdicts go to (oracles/gate.py KINDS); every other property is "fuzz".
@@ -502,10 +517,30 @@ class GateSummary:
                 self.summary(value["op"], value["implementation"]).suite_errors.append(value["message"])
 
     def pytest_sessionfinish(self, session):
-        """Exit code 3 when the suite itself failed and the kernels gave no failure of their own."""
+        """--memcheck replays; exit code 1 when it finds an invalid access, 3 when the suite itself
+        failed and the kernels gave no failure of their own."""
+        self.memcheck_replays()
         summaries = self.summaries.values()
+        if any(s.memcheck and s.memcheck["status"] == "fail" for s in summaries) and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if any(s.suite_errors for s in summaries) and not any(s.verdict == "FAIL" for s in summaries):
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+    def memcheck_replays(self):
+        config = self.config
+        if not config.getoption("memcheck") or not config.stash[KERNELS]:
+            return
+        from oracles.compute_sanitizer import memcheck_replay
+        for op, loaded in config.stash[KERNELS].items():
+            for lk in loaded:
+                if not GPU:
+                    result = {"status": "not run", "errors": 0, "command": "",
+                              "messages": ["--memcheck needs a GPU (the CPU tier checks every access itself)"]}
+                else:
+                    result = memcheck_replay(f"{op}={lk.source}", config.getoption("regressions_dir"), ROOT,
+                                             timeout_s=900)
+                for impl in lk.implementations:
+                    self.summary(op, impl.name).memcheck = result
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):

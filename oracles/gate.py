@@ -86,6 +86,7 @@ class ImplementationSummary:
     crashes: list = field(default_factory=list)
     suite_errors: list = field(default_factory=list)  # tritonfuzz's own errors: never a verdict on the kernel
     notes: list = field(default_factory=list)
+    memcheck: dict | None = None  # --memcheck: the compute-sanitizer replay (oracles/compute_sanitizer.py)
 
     def merge_tally(self, tally: dict, *, passed: bool) -> None:
         self.examples[tally["kind"]] += tally["examples"]
@@ -115,7 +116,8 @@ class ImplementationSummary:
     @property
     def verdict(self) -> str:
         failed = self.tests_failed or self.crashes or any(c[FAIL] for c in self.checks.values()) or \
-            any(f["severity"] == "error" for f in self.static_findings) or (self.strict and self.unsupported)
+            any(f["severity"] == "error" for f in self.static_findings) or (self.strict and self.unsupported) or \
+            (self.memcheck is not None and self.memcheck["status"] == "fail")
         return "FAIL" if failed else "ERROR" if self.suite_errors else "PASS"
 
     def to_json(self, budget_s) -> dict:
@@ -134,6 +136,7 @@ class ImplementationSummary:
             "new_fixtures": self.new_fixtures,
             "crashes": self.crashes,
             "suite_errors": self.suite_errors,
+            "memcheck": self.memcheck,
             "notes": self.all_notes(),
         }
 
@@ -176,6 +179,13 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
     lines += [f"    {f['path']}:{f['line']}:{f['col']}: {f['severity']} [{f['rule']}] {f['message']}"
               + (f" (at risk: {', '.join(f['backends'])})" if f.get("backends") else "")
               for f in s.static_findings]
+    if s.memcheck is not None:
+        m = s.memcheck
+        lines.append(f"  memcheck (compute-sanitizer, judge cases and fixtures): {m['status'].upper()}"
+                     + (f" ({m['errors']} error(s))" if m["status"] == "fail" else ""))
+        lines += [f"    {_short(message)}" for message in m["messages"][:5]]
+        if m["command"] and m["status"] != "pass":
+            lines.append(f"    rerun: {m['command']}")
     for crash in s.crashes:
         lines.append(f"  CRASH: {crash}")
     for error in s.suite_errors:

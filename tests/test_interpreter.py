@@ -443,3 +443,28 @@ def test_scalar_index_fix_runs_grid_stride_loops(monkeypatch):
     _strided_fill[(2,)](x, 12, B=2)
     assert torch.equal(x, torch.tensor([1.0, 1, 2, 2] * 3))
     assert tl.tensor.__dict__.get("__index__") is before  # launch-scoped: restored afterwards
+
+
+def test_gpu_autotune_sampling_runs_each_config_once_and_picks_by_key(monkeypatch):
+    """sample_autotuning_on_gpu, exercised through the stock _bench (whose benchmarker it
+    replaces; the interpreter can run a config once, it cannot time one): every config of a new
+    key runs exactly once -- through the stock pre-hook machinery -- and the key's pick is the
+    same pseudo-time choice as under the interpreter, so the two tiers test the same config."""
+    from triton.runtime.autotuner import Autotuner
+    bf16.enable_autotuning()
+    stock = getattr(Autotuner, "_tritonfuzz_stock_bench", None)
+    if stock is None:
+        pytest.skip("the stock _bench was not kept")
+    _autotuned_double.cache.clear()
+    interpreter_pick = _double(23)[2]
+    monkeypatch.setattr(Autotuner, "_bench", stock)
+    bf16.sample_autotuning_on_gpu()
+    assert Autotuner._bench is not stock
+    runs = []
+    monkeypatch.setattr(_autotuned_double, "pre_hook", lambda nargs, reset_only=False: runs.append(nargs["BLOCK"]))
+    _autotuned_double.cache.clear()
+    x, y, block = _double(23)
+    assert torch.equal(y, 2 * x) and block == interpreter_pick
+    assert sorted(runs[:3]) == [16, 32, 64], runs  # each config once while tuning, then the pick runs
+    assert "do_bench" not in vars(_autotuned_double) or not callable(vars(_autotuned_double)["do_bench"]) \
+        or vars(_autotuned_double)["do_bench"].__name__ != "run_once"
