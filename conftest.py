@@ -229,11 +229,13 @@ def pytest_collection_modifyitems(config, items):
     selected_ops = set(config.stash[KERNELS])
     if not selected_ops:
         return
+    under_test = [impl for op in selected_ops for impl in implementations_under_test(config, op)]
     keep, drop = [], []
     for item in items:
-        # The gate runs the tests of implementations (they take `implementation`), not self-tests.
-        of_op = any(item.get_closest_marker(op) for op in selected_ops)
-        (keep if of_op and "implementation" in getattr(item, "fixturenames", ()) else drop).append(item)
+        # The gate runs the tests of the implementations under test, not the suite's self-tests
+        # (some of which take the bundled kernels as `implementation`).
+        impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
+        (keep if any(impl is u for u in under_test) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

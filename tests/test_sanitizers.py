@@ -136,6 +136,8 @@ def test_bundled_kernels_are_clean_under_every_sanitizer(implementation, case, r
     options = RunOptions(device=run_options.device, determinism=True)
     verdict = run_case(implementation.op, implementation.fn, case, options)
     for name in SANITIZER_CHECKS:
+        if name == "memcheck" and not interpreter_active():  # lane by lane under the interpreter only
+            continue
         check = verdict.check(name)
         assert check is not None and check.status == PASS, f"{name}: {check}\n{verdict.render()}"
     launched = not verdict.check("launch").message.startswith("nothing launched")
