@@ -39,6 +39,7 @@ from oracles.inflight import (crashed_case_verdict, end_worker_after_device_faul
 from oracles.platform import suite_device  # noqa: E402
 from oracles.registry import OPS  # noqa: E402
 from oracles.verdict import FAIL as FAIL_STATUS  # noqa: E402
+from strategies.case import BEYOND_INT32  # noqa: E402
 
 ROOT = Path(__file__).parent
 
@@ -445,6 +446,16 @@ def pytest_runtest_makereport(item, call):
     del item.stash[FAILURES]
     root = Path(item.config.getoption("regressions_dir"))
     for signature, failure in failures.items():  # one fixture per distinct bug
+        if BEYOND_INT32 in failure.case.features:  # a few rows would replay clean: the bug needs the whole input
+            source = kernel_option_for(item.config, failure.implementation)
+            kernel = f"--kernel={failure.implementation.op}={source} " if source else ""
+            replay = f"pytest {kernel}tests/test_{failure.implementation.op}.py -k beyond_int32  (on a GPU with the memory)"
+            report.sections.append((f"tritonfuzz: how to reproduce ({signature})",
+                                    f"bug: {signature}\n{failure.verdict.render()}\nreproduce: {replay}"))
+            report.user_properties.append(("tritonfuzz_fixture", {
+                "op": failure.implementation.op, "implementation": failure.implementation.name,
+                "path": "(no fixture: the case is its size, rebuilt by the test)", "replay": replay, "bug": signature}))
+            continue
         small = failure if failure.verdict.device_lost else smallest_still_failing(item, failure)
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
                                       custom_root=is_custom_root(root))

@@ -39,7 +39,7 @@ from oracles.tolerances import (DIV_ULPS, EXP_ULPS, FLT32_MAX, FLT32_TINY, RSQRT
                                 overflow_threshold, ulp)
 from oracles.verdict import (DEGENERATE, FTZ, PASS, SKIP, Check, bounded_check, contract_check, judge_check,
                              specials_check)
-from strategies.case import Case
+from strategies.case import Case, beyond_int32_violation
 
 OUTPUT_NAMES = ("y",)
 ROW_INPUTS = ("x",)  # inputs whose dim 0 is the token: each token is computed independently
@@ -169,7 +169,7 @@ def judge_domain_violations(case: Case) -> list[str]:
     args = case.inputs
     x = args["x"]
     T, h, H = x.shape
-    out = []
+    out = beyond_int32_violation(case)
     if x.dtype != torch.bfloat16:
         out.append(f"x.dtype={str(x.dtype).removeprefix('torch.')}")
     if not (x.is_contiguous() and x.storage_offset() == 0):

@@ -15,7 +15,7 @@ import torch
 from oracles.differential import device_fault, device_fault_verdict, raised_message, refusal_check
 from oracles.registry import get_op
 from oracles.verdict import FAIL, Check, Verdict
-from strategies.case import Case
+from strategies.case import BEYOND_INT32, Case
 
 
 def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
@@ -26,7 +26,7 @@ def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
     index = torch.tensor(rows, device="cuda")
     small_inputs = {k: (v.index_select(0, index).cpu() if k in oracle.ROW_INPUTS else
                         v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    case = Case(op_name, small_inputs, frozenset({"beyond-int32"}), f"rows {rows} of a [{shape}] input")
+    case = Case(op_name, small_inputs, frozenset({BEYOND_INT32}), f"rows {rows} of a [{shape}] input")
     verdict = Verdict()
     try:
         raw = fn(**inputs)

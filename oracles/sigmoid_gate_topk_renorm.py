@@ -25,7 +25,7 @@ import torch
 from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
                              contract_check, fmt, judge_check, specials_check)
-from strategies.case import Case
+from strategies.case import Case, beyond_int32_violation
 
 OUTPUT_NAMES = ("routed_w", "indices", "shared_w")
 ROW_INPUTS = ("logits",)  # inputs whose dim 0 is the token: each token is computed independently
@@ -249,7 +249,7 @@ def judge_domain_violations(case: Case) -> list[str]:
     logits, k, S = args["logits"], args["k"], args["n_shared_experts"]
     T, E = logits.shape
     N = E - S
-    out = []
+    out = beyond_int32_violation(case)
     if logits.dtype != torch.bfloat16:
         out.append(f"logits.dtype={str(logits.dtype).removeprefix('torch.')}")
     if not (logits.is_contiguous() and logits.storage_offset() == 0):

@@ -41,6 +41,17 @@ DTYPES_BY_NAME = {
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES_BY_NAME.items()}
 
 
+# The feature of a case made of a few rows of an input beyond 2^31 elements (oracles/sampled_rows.py):
+# the bug it shows needs the whole input, which the case does not hold.
+BEYOND_INT32 = "beyond-int32"
+
+
+def beyond_int32_violation(case) -> list[str]:
+    """The judge-domain violation of such a case, whatever its rows are (the judge's T stops at
+    65536 tokens, below 2^31 elements): listed first, it names the bug's input class."""
+    return ["elements=beyond 2^31 (rows of a larger input)"] if BEYOND_INT32 in case.features else []
+
+
 class CaseFormatError(ValueError):
     """A serialized case that cannot be read back: says which field and what was expected."""
 

@@ -189,3 +189,19 @@ def test_a_compile_error_outside_the_judge_domain_is_unsupported():
     check = compile_refusal("hc_head", outside, broken)
     assert check.status == UNSUPPORTED and "hc_mult=1" in check.details, check
     assert compile_refusal("hc_head", outside, Check("gpu-compile", PASS)).status == PASS
+
+
+@pytest.mark.parametrize("op", ["hc_head", "sigmoid_gate_topk_renorm"])
+def test_rows_of_an_input_beyond_int32_elements_lie_outside_the_judge_domain(op):
+    """The beyond-2^31 test judges a few rows of a 2.15e9-element input: a bug there (a 32-bit
+    offset overflow) is outside the judge domain (T <= 65536) even though the rows alone are not,
+    and the signature names that class first."""
+    from dataclasses import replace
+
+    from oracles.registry import get_op
+    from strategies.case import BEYOND_INT32
+    inside = get_op(op).strategies.judge_cases("cpu")[1]
+    oracle = get_op(op).oracle
+    assert not oracle.judge_domain_violations(inside)
+    rows = replace(inside, features=inside.features | {BEYOND_INT32})
+    assert oracle.judge_domain_violations(rows)[0].startswith("elements=beyond 2^31")
