@@ -13,7 +13,7 @@ from hypothesis.errors import InvalidArgument
 from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, Layout, apply_overrides, background, eps_values, hostile_sizes,
-                               layouts, magnitudes, place, seeds, sometimes, sparse_overrides, special_values)
+                               layouts, magnitudes, mostly_from, place, seeds, sometimes, sparse_overrides, special_values)
 
 OP = "hc_head"
 
@@ -21,7 +21,9 @@ OP = "hc_head"
 # the program count (T) and the blocks per row; a GPU takes model-sized rows.
 SIZES = {
     "cpu": dict(max_tokens=6, max_hc_mult=8, max_hidden=600),
-    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192),
+    # On a GPU, hidden sizes mostly come from a pool compiled once (strategies.values.mostly_from):
+    # the judge's and the model's, a prime, one past a block, a tail.
+    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, hidden_pool=(7168, 128, 4096, 2049, 512, 33)),
 }
 
 # The judge's cases (specs/hc_head.md): (T, hc_mult, hidden); the last four are also its bench.
@@ -43,7 +45,7 @@ def build_case(*, x, hc_fn_seed=0, hc_fn_scale=0.02, hc_scale=1.5, hc_base_seed=
 
 
 def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int = 8, max_hidden: int = 600,
-                  dtypes=FLOAT_DTYPES) -> st.SearchStrategy[Case]:
+                  dtypes=FLOAT_DTYPES, hidden_pool: tuple = ()) -> st.SearchStrategy[Case]:
     """hc_head cases. Shrinks toward: one token, hc_mult 1, a small hidden, bf16, contiguous,
     ordinary eps (1e-6 / 1e-3), no specials, no zero tokens, unit-scale values."""
     if not 0 <= min_tokens <= max_tokens:
@@ -54,14 +56,19 @@ def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int 
         raise InvalidArgument(f"hc_head_cases: max_hidden={max_hidden}; need >= 1")
     if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
         raise InvalidArgument(f"hc_head_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
-    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, max_hidden, tuple(dtypes))
+    if any(not 1 <= H <= max_hidden for H in hidden_pool):
+        raise InvalidArgument(f"hc_head_cases: hidden_pool={hidden_pool!r}; need sizes in [1, max_hidden={max_hidden}]")
+    hidden = hostile_sizes(max_value=max_hidden)
+    if hidden_pool:
+        hidden = mostly_from(hidden_pool, hidden, explore_one_in=4)
+    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, hidden, tuple(dtypes))
 
 
 @st.composite
-def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes):
+def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, dtypes):
     T = draw(st.integers(min_tokens, max_tokens), label="T")
     h = draw(st.integers(1, max_hc_mult), label="hc_mult")
-    H = draw(hostile_sizes(max_value=max_hidden), label="hidden")
+    H = draw(hidden, label="hidden")
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     features = {f"dtype={str(dtype).split('.')[-1]}"}
     x = background((T, h, H), seed=draw(seeds(), label="x_seed"), scale=draw(magnitudes(), label="x_scale"),

@@ -14,7 +14,7 @@ from hypothesis.errors import InvalidArgument
 from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, apply_overrides, background, hostile_sizes, layouts, magnitudes,
-                               place, seeds, sparse_overrides, special_values)
+                               mostly_from, place, seeds, sparse_overrides, special_values)
 
 OP = "sigmoid_gate_topk_renorm"
 
@@ -23,7 +23,9 @@ OP = "sigmoid_gate_topk_renorm"
 # there; a GPU takes model-sized rows. k = N is drawn only while N <= max_k.
 SIZES = {
     "cpu": dict(max_tokens=6, max_experts=260, max_shared=4, max_k=16),
-    "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64),
+    # On a GPU, expert counts mostly come from a pool compiled once (strategies.values.mostly_from):
+    # the judge's, DeepSeek's, Kimi's, a prime, one past a block, a tail.
+    "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, experts_pool=(128, 256, 384, 64, 257, 33)),
 }
 
 # The judge's cases (specs/sigmoid_gate_topk_renorm.md): (T, N, S, k, route_scale, global_scale);
@@ -86,7 +88,7 @@ def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_sca
 
 def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_experts: int = 260,
                                    max_shared: int = 4, max_k: int = 16,
-                                   dtypes=FLOAT_DTYPES) -> st.SearchStrategy[Case]:
+                                   dtypes=FLOAT_DTYPES, experts_pool: tuple = ()) -> st.SearchStrategy[Case]:
     """sigmoid_gate_topk_renorm cases.
 
     Structure is drawn explicitly: T, N (hostile sizes: 1, primes, 31/32/33, 127/128/129,
@@ -111,13 +113,19 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
     if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: dtypes={dtypes!r}; need a non-empty subset of "
                               f"{FLOAT_DTYPES}")
-    return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, max_experts, max_shared, max_k, tuple(dtypes))
+    if any(not 1 <= n <= max_experts for n in experts_pool):
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: experts_pool={experts_pool!r}; need sizes in "
+                              f"[1, max_experts={max_experts}]")
+    experts = hostile_sizes(max_value=max_experts)
+    if experts_pool:
+        experts = mostly_from(experts_pool, experts, explore_one_in=4)
+    return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, max_shared, max_k, tuple(dtypes))
 
 
 @st.composite
-def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, max_experts, max_shared, max_k, dtypes):
+def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_shared, max_k, dtypes):
     T = draw(st.integers(min_tokens, max_tokens), label="T")
-    N = draw(hostile_sizes(max_value=max_experts), label="N")
+    N = draw(experts, label="N")
     S = draw(st.integers(0, max_shared), label="S")
     if 1 < N <= max_k and draw(st.booleans(), label="k=N?"):
         k = N

@@ -200,3 +200,34 @@ def test_hc_head_judge_cases_are_the_judges():
     assert (case.inputs["norm_eps"], case.inputs["hc_eps"]) == (1e-6, 1e-3)
     for c in cases:
         assert not hc_oracle.judge_domain_violations(c), (c.label, hc_oracle.judge_domain_violations(c))
+
+
+def test_gpu_sizes_mostly_reuse_a_compiled_pool_and_still_explore():
+    """On a GPU each new constexpr size is a compile: most cases take a size from the pool, and
+    some still take any size (a kernel wrong only at hidden = 1000 stays findable)."""
+    from strategies.hc_head import SIZES as HC_SIZES
+    from strategies.sigmoid_gate_topk_renorm import SIZES as SG_SIZES
+    for strategy, pool, size_of in (
+            (hc_head_cases(**{**HC_SIZES["cuda"], "max_tokens": 1}), HC_SIZES["cuda"]["hidden_pool"],
+             lambda c: c.inputs["x"].shape[2]),
+            (sigmoid_gate_topk_renorm_cases(**{**SG_SIZES["cuda"], "max_tokens": 1}), SG_SIZES["cuda"]["experts_pool"],
+             lambda c: c.inputs["bias"].shape[0])):
+        sizes = []
+
+        @settings(max_examples=120, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def collect(case):
+            sizes.append(size_of(case))
+        collect()
+        pooled = sum(s in pool for s in sizes)
+        assert pooled >= 0.6 * len(sizes), (pooled, len(sizes))
+        assert any(s not in pool for s in sizes), sizes
+
+
+@pytest.mark.parametrize("strategy, kwargs, named", [
+    (hc_head_cases, dict(max_hidden=100, hidden_pool=(128,)), "hidden_pool"),
+    (sigmoid_gate_topk_renorm_cases, dict(max_experts=10, experts_pool=(0,)), "experts_pool"),
+])
+def test_a_pool_outside_the_size_range_is_refused(strategy, kwargs, named):
+    with pytest.raises(InvalidArgument, match=named):
+        strategy(**kwargs)
