@@ -485,3 +485,65 @@ def test_interpreter_builder_gaps_are_untrusted_and_kernel_errors_are_not(monkey
     assert differential.interpreter_gap(wrapped(NotImplementedError("unsupported in the interpreter")))
     monkeypatch.setattr(differential, "interpreter_active", lambda: False)
     assert not differential.interpreter_gap(wrapped(gap))  # on a GPU nothing is the interpreter's
+
+
+# ---------------------------------------------------------------------------------------------
+# Every argument form real kernels launch with: the recorder and the gpu-compile check take them
+
+
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def _heuristic_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit(do_not_specialize=["n"])
+def _unspecialized_copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def _zero_output(nargs):
+    nargs["y_ptr"].zero_()
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 8}, pre_hook=_zero_output),
+                          triton.Config({"BLOCK": 16}, num_warps=2, pre_hook=_zero_output)], key=["n"])
+@triton.jit
+def _autotuned_add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def _tuple_and_none(x_ptr, y_ptr, bias_ptr, n, SHAPE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + offs, mask=offs < n)
+    if bias_ptr is not None:
+        v += tl.load(bias_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, v * SHAPE[0], mask=offs < n)
+
+
+def test_every_launch_form_is_recorded_and_never_the_suites_error():
+    """@triton.heuristics, do_not_specialize, autotune configs with pre-hooks, a tuple constexpr
+    and a None pointer: each runs inside the sanitizers' scope and goes through the gpu-compile
+    check, which compiles what it can send to the compiler and skips (never fails, never raises
+    through) what it cannot."""
+    x = torch.arange(1, 13, dtype=torch.float32)
+    for launch, expected in (
+            (lambda y: _heuristic_copy[(1,)](x, y, 12, BLOCK=16), x),
+            (lambda y: _unspecialized_copy[(1,)](x, y, 12, BLOCK=16), x),
+            (lambda y: _autotuned_add[lambda meta: (triton.cdiv(12, meta["BLOCK"]),)](x, y, 12), x),
+            (lambda y: _tuple_and_none[(1,)](x, y, None, 12, SHAPE=(2, 3), BLOCK=16), 2 * x)):
+        y = torch.full_like(x, 7.0)
+        with KernelScope() as scope:
+            launch(y)
+        assert torch.equal(y, expected), (y, expected)
+        assert scope.launches, "the launch was not counted"
+        if interpreter_active():
+            check = gpu_compile_check(scope.launch_specs)
+            assert check.status in (PASS, "skip"), check
