@@ -189,6 +189,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="serve HypoFuzz's dashboard (default on)")
     run.add_argument("--host", default="localhost", help="dashboard host (default localhost)")
     run.add_argument("--port", type=int, default=9999, help="dashboard port (default 9999)")
+    run.add_argument("--exitfirst", "-x", action="store_true",
+                     help="stop at the first failure stored in the database (its fixture is still written)")
     run.add_argument("--replay-every", type=float, default=300.0, metavar="S",
                      help="look for new failures in the database every S seconds and write their fixtures (default 300)")
     run.add_argument("--log-dir", default=None, metavar="DIR",
@@ -356,10 +358,10 @@ def new_fixture_files(root: Path, since: float) -> list[dict]:
 def render_status(rows: list[dict]) -> str:
     if not rows:
         return "  (no test fuzzed on this database yet)"
-    lines = [f"  {'test':<78} {'inputs':>9} {'seconds':>9} {'behaviors':>9} {'failing':>7}"]
+    lines = [f"  {'test':<78} {'inputs':>9} {'seconds':>9} {'behaviors':>9} {'stored failing inputs':>21}"]
     for r in sorted(rows, key=lambda r: r["nodeid"]):
         lines.append(f"  {r['nodeid'][-78:]:<78} {r['inputs']:>9} {r['seconds']:>9.0f} {r['behaviors']:>9} "
-                     f"{r['failures']:>7}")
+                     f"{r['failures']:>21}")
     return "\n".join(lines)
 
 
@@ -419,6 +421,9 @@ def run(args) -> int:
             if deadline is not None and now >= deadline:
                 ended = f"ran {args.seconds:g} s"
                 break
+            if args.exitfirst and failing_tests(database):
+                ended = "stopped at the first failure (-x)"
+                break
             if all(name in processes.exited() for name in processes.running if name.startswith("worker-")):
                 ended = "every worker has stopped (HypoFuzz stops a worker once each of its tests has failed)"
                 break
@@ -429,7 +434,10 @@ def run(args) -> int:
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:
+        early = processes.exited()
         processes.stop()
+    for name, code in sorted(early.items()):  # 1: HypoFuzz's own exit once every test it fuzzed has failed
+        print(f"{name} exited by itself with code {code}: see {log_dir / (name + '.log')}", flush=True)
     replay_new()
     fixtures += new_fixture_files(regressions, started)
     rows = campaign(database)
