@@ -3,6 +3,7 @@ processes, GPUs and hosts, with one shared example database.
 
     python -m oracles.engine [--kernel OP=PATH]... [--seconds S] [--workers N] [-- PYTEST_ARGS]
     python -m oracles.engine replay [--kernel OP=PATH]...        # fixtures from the database
+    python -m oracles.engine status                               # inputs and failures per test
 
 HypoFuzz (`pip install -e .[fuzz]`; AGPL-3.0, so an optional extra, never imported by the
 suite itself) collects @given tests with pytest and fuzzes each one -- here each property of
@@ -14,11 +15,14 @@ uses them (conftest.py's Fuzz keeps one tally across a test's inputs).
 
 How the pieces fit:
 
-- Workers. One `hypothesis fuzz --no-dashboard -n 1` process per worker, each pinned to one
-  GPU (CUDA_VISIBLE_DEVICES, round robin over the visible GPUs, as pytest -n does through
-  conftest.pin_xdist_worker_to_gpu); on a CPU host, one per core under the Triton interpreter.
-  HypoFuzz starts its worker processes with `spawn`: the collecting process has built the
-  judge's cases on the GPU, and a forked child cannot use CUDA.
+- Workers. One process per worker, each pinned to one GPU (CUDA_VISIBLE_DEVICES, round robin
+  over the visible GPUs, as pytest -n does through conftest.pin_xdist_worker_to_gpu); on a CPU
+  host, one per core under the Triton interpreter. Each runs one HypoFuzz FuzzWorker over
+  every collected test (worker_main: `hypothesis fuzz` without its hub, which ends workers
+  whose 100-input rounds take over a minute and forks them after CUDA is in use). A worker
+  that dies -- a kernel that segfaults kills its process -- is started again; HypoFuzz stops
+  fuzzing a test at its first failure, and a worker whose tests have all failed ends.
+- Dashboard. HypoFuzz's own, in a process of its own, reading the database.
 - Database. Every worker, the dashboard and `replay` use the `fuzz` profile, whose example
   database is TRITONFUZZ_DATABASE: a directory (default .hypothesis/examples), or
   redis://HOST:PORT/DB for several hosts (Hypothesis's RedisExampleDatabase).
@@ -54,7 +58,8 @@ DATABASE_ENV = "TRITONFUZZ_DATABASE"
 DEFAULT_DATABASE = ".hypothesis/examples"  # Hypothesis's own default, resolved against the working directory
 REPLAY_PHASES = (Phase.explicit, Phase.reuse, Phase.shrink)
 INSTALL_HINT = "HypoFuzz is an optional extra (AGPL-3.0): pip install -e .[fuzz]"
-HYPOFUZZ_COMMAND = "_hypofuzz"  # `python -m oracles.engine _hypofuzz ARGS`: `hypothesis fuzz ARGS`, spawning
+WORKER_COMMAND, DASHBOARD_COMMAND = "_worker", "_dashboard"  # internal: what the engine's children run
+MAX_RESTARTS = 20  # a worker that died (a kernel that segfaults...) is started again, this many times at most
 TEST_KEYS = b"hypofuzz.test_keys"  # where HypoFuzz lists the database keys of the tests it has fuzzed
 
 
@@ -97,8 +102,38 @@ def example_database(spec: str | None = None):
     return RedisExampleDatabase(client)
 
 
+def hypofuzz_compatibility() -> None:
+    """Two gaps between HypoFuzz 25.11.1 and this suite's Hypothesis 6.170 / pytest 9, each of
+    which stops a worker for good:
+
+    - HypoFuzz copies a shrunk failure's explain-phase comments as `slice_comments`, which
+      Hypothesis now calls `span_comments`: an AttributeError right after shrinking the first
+      failure, before the shrunk case is stored. An alias, only where the old name is missing.
+    - A worker switching back to a test it fuzzed before sets up the test's fixtures again
+      through the item's pytest request, whose cache still holds the fixture values torn down at
+      the switch away: pytest 9 refuses them ("The fixture value for "fuzz" is not available").
+      A fresh request first, as pytest's own runner makes one for each run of an item.
+    """
+    from hypothesis.internal.conjecture.data import ConjectureData, ConjectureResult
+    if not hasattr(ConjectureResult, "slice_comments") and "span_comments" in ConjectureResult.__dataclass_fields__:
+        ConjectureResult.slice_comments = property(lambda self: self.span_comments)
+        ConjectureData.slice_comments = property(lambda self: self.span_comments,
+                                                 lambda self, value: setattr(self, "span_comments", value))
+    from hypofuzz.hypofuzz import FuzzTarget
+    enter = FuzzTarget._enter_fixtures
+    if not getattr(enter, "fresh_request", False):
+        def _enter_fixtures(self):
+            if self.pytest_item is not None and hasattr(self.pytest_item, "_initrequest"):
+                self.pytest_item._initrequest()
+            enter(self)
+        _enter_fixtures.fresh_request = True
+        FuzzTarget._enter_fixtures = _enter_fixtures
+
+
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis's plugin loads --hypothesis-profile
 def pytest_configure(config):
+    if "hypofuzz" in sys.modules:  # a HypoFuzz worker or dashboard collecting the tests
+        hypofuzz_compatibility()
     try:
         database = example_database()
     except EngineUsageError as e:
@@ -272,40 +307,95 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def hypofuzz_main(hypofuzz_args: list[str]) -> None:
-    """`hypothesis fuzz ARGS` with the spawn start method (module docstring: CUDA)."""
-    import multiprocessing
-    multiprocessing.set_start_method("spawn", force=True)
-    import hypofuzz.entrypoint  # noqa: F401  (adds `fuzz` to Hypothesis's command line)
-    from hypothesis.extra.cli import main as hypothesis_cli
-    hypothesis_cli(args=["fuzz", *hypofuzz_args], prog_name="hypothesis")
+class EveryTestFailed(Exception):
+    """A lone HypoFuzz worker has nothing left to fuzz (module docstring: Workers)."""
+
+
+class _Assignment(dict):
+    """The `hub_state` a lone FuzzWorker reads its tests from. The worker asks for them at the
+    top of every round: there it stops, in its main thread, once each of its tests has failed
+    (HypoFuzz's hub would end it then; alone it would spin)."""
+
+    def __init__(self, nodeids: list[str]):
+        super().__init__(nodeids=nodeids)
+        self.worker = None
+
+    def __getitem__(self, key):
+        worker = self.worker
+        if worker is not None and worker.targets and not worker.valid_targets:
+            raise EveryTestFailed
+        return super().__getitem__(key)
+
+
+def worker_main(pytest_args: list[str]) -> int:
+    """One HypoFuzz FuzzWorker in this process, fuzzing every collected test: what
+    `hypothesis fuzz -n 1` runs under its hub, without the hub. The hub ends its workers when
+    none has reported a finished round within a minute (every round is 100 inputs, longer than
+    a minute under the interpreter and at GPU-size cases) and forks them from a process that
+    has used CUDA. Exit 0 once every test has failed, 2 when nothing was collected."""
+    from hypofuzz import detection
+    from hypofuzz.collection import collect_tests
+    from hypofuzz.hypofuzz import FuzzWorker
+    hypofuzz_compatibility()
+    detection._in_hypofuzz_run = True  # as HypoFuzz's own worker: tests can ask hypofuzz.detection
+    nodeids = [target.nodeid for target in collect_tests(pytest_args).fuzz_targets]
+    if not nodeids:
+        print("no property test collected: nothing to fuzz", flush=True)
+        return 2
+    assignment = _Assignment(nodeids)
+    worker = FuzzWorker(pytest_args=pytest_args, shared_state={
+        "hub_state": assignment,
+        "worker_state": {"nodeids": {}, "current_lifetime": 0.0, "expected_lifetime": 0.0, "valid_nodeids": []}})
+    assignment.worker = worker
+    print(f"fuzzing {len(nodeids)} test(s): " + ", ".join(nodeids), flush=True)
+    try:
+        worker.start()
+    except EveryTestFailed:
+        print("every test has failed or was skipped: nothing left to fuzz", flush=True)
+    return 0
+
+
+def dashboard_main(host: str, port: int, pytest_args: list[str]) -> int:
+    from hypofuzz.dashboard.dashboard import start_dashboard_process
+    hypofuzz_compatibility()
+    start_dashboard_process(port, pytest_args=pytest_args, host=host, print_status=True)
+    return 0
 
 
 class Processes:
-    """The engine's children, each the leader of its own process group (HypoFuzz's hub, its
-    manager and its worker, or the dashboard): stopped as a group, and only those."""
+    """The engine's children (workers, the dashboard), each the leader of its own process group
+    (a worker's compile processes go with it): stopped as a group, and only those."""
 
     def __init__(self):
         self.running: dict[str, subprocess.Popen] = {}
+        self.how: dict[str, tuple] = {}  # name -> (command, env, log, started)
 
     def start(self, name: str, command: list[str], env: dict, log: Path) -> None:
         with open(log, "ab") as out:
             self.running[name] = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        self.how[name] = (command, env, log, time.monotonic())
+
+    def restart(self, name: str) -> None:
+        command, env, log, _ = self.how[name]
+        self.start(name, command, env, log)
+
+    def ran_s(self, name: str) -> float:
+        return time.monotonic() - self.how[name][3]
 
     def exited(self) -> dict[str, int]:
         return {name: p.returncode for name, p in self.running.items() if p.poll() is not None}
 
     def stop(self, grace_s: float = 10.0) -> None:
         for p in self.running.values():
-            self._signal(p, signal.SIGINT)  # HypoFuzz flushes its database writes on KeyboardInterrupt
+            self._signal(p, signal.SIGINT)  # a worker's queued database writes are flushed as Python exits
         deadline = time.monotonic() + grace_s
         for p in self.running.values():
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        for p in self.running.values():  # what is left of each group (HypoFuzz's workers are not daemons)
+        for p in self.running.values():  # what is left of each group (a hung kernel ignores SIGINT)
             self._signal(p, signal.SIGKILL)
             p.wait()
 
@@ -385,7 +475,7 @@ def run(args) -> int:
     database = example_database(args.database)
     started = time.time()
     pytest_args = engine_pytest_args(args)
-    hypofuzz = [sys.executable, "-m", "oracles.engine", HYPOFUZZ_COMMAND]
+    engine = [sys.executable, "-m", "oracles.engine"]
     processes = Processes()
     where = (f"{workers} worker(s) on GPU(s) {', '.join(gpus[i % len(gpus)] for i in range(workers))}" if gpus
              else f"{workers} worker(s) on the CPU (Triton interpreter)")
@@ -393,14 +483,33 @@ def run(args) -> int:
           flush=True)
     if args.dashboard:
         # The dashboard only reads the database: it never needs a GPU.
-        processes.start("dashboard", [*hypofuzz, "--dashboard-only", "--host", args.host, "--port", str(args.port),
-                                      "--", *pytest_args], child_env(args, CUDA_VISIBLE_DEVICES=""),
-                        log_dir / "dashboard.log")
+        processes.start("dashboard", [*engine, DASHBOARD_COMMAND, args.host, str(args.port), *pytest_args],
+                        child_env(args, CUDA_VISIBLE_DEVICES=""), log_dir / "dashboard.log")
         print(f"dashboard: http://{args.host}:{args.port}/", flush=True)
     for i in range(workers):
         pin = {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {}
-        processes.start(f"worker-{i}", [*hypofuzz, "--no-dashboard", "-n", "1", "--", *pytest_args],
-                        child_env(args, **pin), log_dir / f"worker-{i}.log")
+        processes.start(f"worker-{i}", [*engine, WORKER_COMMAND, *pytest_args], child_env(args, **pin),
+                        log_dir / f"worker-{i}.log")
+    restarts: dict[str, int] = {}
+    done: dict[str, str] = {}  # workers that ended for good, and why
+
+    def supervise() -> None:
+        """A worker that exits 0 has nothing left to fuzz; one that died (a segfault, an
+        out-of-memory kill) is started again; one that dies at startup is a setup error."""
+        for name, code in processes.exited().items():
+            if name in done or not name.startswith("worker-"):
+                continue
+            log = processes.how[name][2]
+            if code == 0:
+                done[name] = "every test it fuzzed has failed"
+            elif processes.ran_s(name) < 60 or restarts.get(name, 0) >= MAX_RESTARTS:
+                done[name] = f"exited with code {code} after {processes.ran_s(name):.0f} s: see {log}"
+                print(f"{name} {done[name]}", flush=True)
+            else:
+                restarts[name] = restarts.get(name, 0) + 1
+                print(f"{name} died (exit code {code}; a negative code is the signal): restarting it "
+                      f"({restarts[name]} of at most {MAX_RESTARTS}); see {log}", flush=True)
+                processes.restart(name)
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     replayed, fixtures, ended = frozenset(), [], "stopped"  # failures already stored are replayed at the first look
 
@@ -424,8 +533,9 @@ def run(args) -> int:
             if args.exitfirst and failing_tests(database):
                 ended = "stopped at the first failure (-x)"
                 break
-            if all(name in processes.exited() for name in processes.running if name.startswith("worker-")):
-                ended = "every worker has stopped (HypoFuzz stops a worker once each of its tests has failed)"
+            supervise()
+            if all(name in done for name in processes.running if name.startswith("worker-")):
+                ended = "every worker has stopped (HypoFuzz stops fuzzing a test at its first failure)"
                 break
             if now >= next_look:
                 replay_new()
@@ -434,25 +544,25 @@ def run(args) -> int:
     except KeyboardInterrupt:
         ended = "interrupted"
     finally:
-        early = processes.exited()
         processes.stop()
-    for name, code in sorted(early.items()):  # 1: HypoFuzz's own exit once every test it fuzzed has failed
-        print(f"{name} exited by itself with code {code}: see {log_dir / (name + '.log')}", flush=True)
     replay_new()
     fixtures += new_fixture_files(regressions, started)
     rows = campaign(database)
     print(f"\ntritonfuzz engine: {ended} after {time.time() - started:.0f} s\n"
           f"tests fuzzed on this database (all runs so far):\n{render_status(rows)}\n"
           f"fixtures written or found again:\n{render_fixtures(fixtures)}\n"
+          + "".join(f"{name}: restarted {n} time(s) after dying (the case it was running is not known: run "
+                    f"pytest --kernel on it, whose crashed workers become fixtures)\n" for name, n in restarts.items()) +
           f"logs: {log_dir}", flush=True)
     return 1 if any(r["failures"] for r in rows) or fixtures else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == [HYPOFUZZ_COMMAND]:  # internal: what each worker and the dashboard process runs
-        hypofuzz_main(argv[1:])
-        return 0
+    if argv[:1] == [WORKER_COMMAND]:
+        return worker_main(argv[1:])
+    if argv[:1] == [DASHBOARD_COMMAND]:
+        return dashboard_main(argv[1], int(argv[2]), argv[3:])
     try:
         args = parse_args(argv)
         require_hypofuzz()
