@@ -41,6 +41,7 @@ with its node id, so that each implementation has its own key).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -84,8 +85,14 @@ def database_spec(spec: str | None = None) -> str:
 
 def example_database(spec: str | None = None):
     """A Hypothesis example database from a database_spec: DirectoryBasedExampleDatabase, or
-    RedisExampleDatabase over redis.Redis.from_url (the `redis` package comes with .[fuzz])."""
-    spec = database_spec(spec)
+    RedisExampleDatabase over redis.Redis.from_url (the `redis` package comes with .[fuzz]).
+    One object per spec and process: HypoFuzz skips a test whose database differs from the
+    profile's, and two Redis clients of one server are not equal."""
+    return _database(database_spec(spec))
+
+
+@functools.cache
+def _database(spec: str):
     if "://" not in spec:
         from hypothesis.database import DirectoryBasedExampleDatabase
         return DirectoryBasedExampleDatabase(spec)
