@@ -116,10 +116,12 @@ def hypofuzz_compatibility() -> None:
     - HypoFuzz copies a shrunk failure's explain-phase comments as `slice_comments`, which
       Hypothesis now calls `span_comments`: an AttributeError right after shrinking the first
       failure, before the shrunk case is stored. An alias, only where the old name is missing.
-    - A worker switching back to a test it fuzzed before sets up the test's fixtures again
-      through the item's pytest request, whose cache still holds the fixture values torn down at
-      the switch away: pytest 9 refuses them ("The fixture value for "fuzz" is not available").
-      A fresh request first, as pytest's own runner makes one for each run of an item.
+    - A worker switching to a test sets up the test's fixtures through the item's pytest
+      request, whose cache can hold a fixture value torn down at an earlier switch away: pytest
+      9 then refuses it ("The fixture value for "fuzz" is not available. This can happen when
+      the fixture has already been torn down", seen once after a worker had fuzzed two tests;
+      the exact sequence was not reproduced in isolation). A fresh request first, as pytest's
+      own runner makes one for each run of an item.
     """
     from hypothesis.internal.conjecture.data import ConjectureData, ConjectureResult
     if not hasattr(ConjectureResult, "slice_comments") and "span_comments" in ConjectureResult.__dataclass_fields__:
