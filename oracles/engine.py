@@ -457,9 +457,11 @@ def new_fixture_files(root: Path, since: float) -> list[dict]:
 def render_status(rows: list[dict]) -> str:
     if not rows:
         return "  (no test fuzzed on this database yet)"
-    lines = [f"  {'test':<78} {'inputs':>9} {'seconds':>9} {'behaviors':>9} {'stored failing inputs':>21}"]
-    for r in sorted(rows, key=lambda r: r["nodeid"]):
-        lines.append(f"  {r['nodeid'][-78:]:<78} {r['inputs']:>9} {r['seconds']:>9.0f} {r['behaviors']:>9} "
+    names = {r["key"]: r["nodeid"].removeprefix("tests/") for r in rows}
+    width = max(len("test"), *map(len, names.values()))
+    lines = [f"  {'test':<{width}} {'inputs':>9} {'seconds':>9} {'behaviors':>9} {'stored failing inputs':>21}"]
+    for r in sorted(rows, key=lambda r: names[r["key"]]):
+        lines.append(f"  {names[r['key']]:<{width}} {r['inputs']:>9} {r['seconds']:>9.0f} {r['behaviors']:>9} "
                      f"{r['failures']:>21}")
     return "\n".join(lines)
 
