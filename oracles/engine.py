@@ -61,6 +61,7 @@ REPLAY_PHASES = (Phase.explicit, Phase.reuse, Phase.shrink)
 INSTALL_HINT = "HypoFuzz is an optional extra (AGPL-3.0): pip install -e .[fuzz]"
 WORKER_COMMAND, DASHBOARD_COMMAND = "_worker", "_dashboard"  # internal: what the engine's children run
 MAX_RESTARTS = 20  # a worker that died (a kernel that segfaults...) is started again, this many times at most
+FUZZING_LINE = "fuzzing"  # a worker's log line once it has collected its tests: a death after it is a crash
 TEST_KEYS = b"hypofuzz.test_keys"  # where HypoFuzz lists the database keys of the tests it has fuzzed
 
 
@@ -356,7 +357,7 @@ def worker_main(pytest_args: list[str]) -> int:
         "hub_state": assignment,
         "worker_state": {"nodeids": {}, "current_lifetime": 0.0, "expected_lifetime": 0.0, "valid_nodeids": []}})
     assignment.worker = worker
-    print(f"fuzzing {len(nodeids)} test(s): " + ", ".join(nodeids), flush=True)
+    print(f"{FUZZING_LINE} {len(nodeids)} test(s): " + ", ".join(nodeids), flush=True)
     try:
         worker.start()
     except EveryTestFailed:
@@ -377,16 +378,23 @@ class Processes:
 
     def __init__(self):
         self.running: dict[str, subprocess.Popen] = {}
-        self.how: dict[str, tuple] = {}  # name -> (command, env, log, started)
+        self.how: dict[str, tuple] = {}  # name -> (command, env, log, started, log size at start)
 
     def start(self, name: str, command: list[str], env: dict, log: Path) -> None:
+        offset = log.stat().st_size if log.exists() else 0
         with open(log, "ab") as out:
             self.running[name] = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                   stdin=subprocess.DEVNULL, start_new_session=True)
-        self.how[name] = (command, env, log, time.monotonic())
+        self.how[name] = (command, env, log, time.monotonic(), offset)
+
+    def log_since_start(self, name: str) -> str:
+        log, offset = self.how[name][2], self.how[name][4]
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
 
     def restart(self, name: str) -> None:
-        command, env, log, _ = self.how[name]
+        command, env, log = self.how[name][:3]
         self.start(name, command, env, log)
 
     def ran_s(self, name: str) -> float:
@@ -505,15 +513,17 @@ def run(args) -> int:
     done: dict[str, str] = {}  # workers that ended for good, and why
 
     def supervise() -> None:
-        """A worker that exits 0 has nothing left to fuzz; one that died (a segfault, an
-        out-of-memory kill) is started again; one that dies at startup is a setup error."""
+        """A worker that exits 0 has nothing left to fuzz; one that died while fuzzing (a
+        segfault, an out-of-memory kill) is started again; one that died before (collection,
+        setup) would only die again."""
         for name, code in processes.exited().items():
             if name in done or not name.startswith("worker-"):
                 continue
             log = processes.how[name][2]
+            fuzzing = FUZZING_LINE in processes.log_since_start(name)
             if code == 0:
                 done[name] = "every test it fuzzed has failed"
-            elif processes.ran_s(name) < 60 or restarts.get(name, 0) >= MAX_RESTARTS:
+            elif not fuzzing or restarts.get(name, 0) >= MAX_RESTARTS:
                 done[name] = f"exited with code {code} after {processes.ran_s(name):.0f} s: see {log}"
                 print(f"{name} {done[name]}", flush=True)
             else:
@@ -565,7 +575,7 @@ def run(args) -> int:
           + "".join(f"{name}: restarted {n} time(s) after dying (the case it was running is not known: run "
                     f"pytest --kernel on it, whose crashed workers become fixtures)\n" for name, n in restarts.items()) +
           f"logs: {log_dir}", flush=True)
-    return 1 if any(r["failures"] for r in rows) or fixtures else 0
+    return 1 if any(r["failures"] for r in rows) or fixtures or restarts else 0
 
 
 def main(argv: list[str] | None = None) -> int:

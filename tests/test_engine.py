@@ -29,11 +29,13 @@ def requires_hypofuzz():
     pytest.importorskip("hypofuzz", reason=engine.INSTALL_HINT)
 
 
-def run_engine(tmp_path: Path, database: str) -> tuple[subprocess.CompletedProcess, Path]:
+def run_engine(tmp_path: Path, database: str, *, kernel: Path = MUTANT, seconds: float = ENGINE_SECONDS,
+               until_failure: bool = True) -> tuple[subprocess.CompletedProcess, Path]:
     regressions = tmp_path / "regressions"
-    command = [sys.executable, "-m", "oracles.engine", f"--kernel=hc_head={MUTANT}", "--workers", "1",
-               "--no-dashboard", "-x", "--seconds", str(ENGINE_SECONDS), f"--database={database}",
+    command = [sys.executable, "-m", "oracles.engine", f"--kernel=hc_head={kernel}", "--workers", "1",
+               "--no-dashboard", "--seconds", str(seconds), f"--database={database}",
                f"--regressions-dir={regressions}", f"--log-dir={tmp_path / 'logs'}", "--minimize-budget", "3"]
+    command += ["-x"] if until_failure else []
     env = {k: v for k, v in os.environ.items() if k != engine.DATABASE_ENV}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=ENGINE_SECONDS + 240)
     return done, regressions
@@ -85,6 +87,40 @@ def test_engine_on_redis(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+SEGFAULT = """
+import ctypes
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0), mask=offs < n)
+
+
+def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    y = torch.empty(x.shape[0], x.shape[2], dtype=x.dtype, device=x.device)
+    _copy[(1,)](x, y, 1, BLOCK=16)
+    ctypes.string_at(0)  # stands in for a wild out-of-bounds store that kills the process
+    return y
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="relies on a segfault")
+def test_a_worker_killed_by_its_kernel_is_started_again(tmp_path):
+    """A segfault kills the worker process; the engine says so, starts it again, and the run
+    fails (exit 1) though no failure could be stored."""
+    requires_hypofuzz()
+    kernel = tmp_path / "segfaults.py"
+    kernel.write_text(SEGFAULT)
+    done, _ = run_engine(tmp_path, str(tmp_path / "db"), kernel=kernel, seconds=40, until_failure=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "worker-0 died (exit code -11; a negative code is the signal): restarting it (1 of" in done.stdout, done.stdout
+    assert "worker-0: restarted" in done.stdout
 
 
 @pytest.mark.parametrize("argv, names", [
