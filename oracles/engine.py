@@ -287,7 +287,9 @@ def engine_pytest_args(args, *, profile: str = "fuzz") -> list[str]:
     has its own workers), the options of the tiers, and the op properties unless PYTEST_ARGS
     name tests."""
     out = ["-p", "oracles.engine", "-p", "no:xdist", "-p", "no:cacheprovider", f"--hypothesis-profile={profile}"]
-    out += [f"--kernel={k}" for k in args.kernel]
+    for value in args.kernel:  # absolute: the children run in the repository, wherever the engine was started
+        op, _, path = value.partition("=")
+        out.append(f"--kernel={op}={Path(path).resolve()}")
     if args.regressions_dir:
         out.append(f"--regressions-dir={Path(args.regressions_dir).resolve()}")
     if args.judge_exact:
@@ -504,7 +506,8 @@ def run(args) -> int:
         # The dashboard only reads the database: it never needs a GPU.
         processes.start("dashboard", [*engine, DASHBOARD_COMMAND, args.host, str(args.port), *pytest_args],
                         child_env(args, CUDA_VISIBLE_DEVICES=""), log_dir / "dashboard.log")
-        print(f"dashboard: http://{args.host}:{args.port}/", flush=True)
+        where = f"http://{args.host}:{args.port}/" if args.port else f"a free port, printed in {log_dir / 'dashboard.log'}"
+        print(f"dashboard: {where}", flush=True)
     for i in range(workers):
         pin = {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {}
         processes.start(f"worker-{i}", [*engine, WORKER_COMMAND, *pytest_args], child_env(args, **pin),
