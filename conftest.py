@@ -27,7 +27,8 @@ elif GPU:
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, settings, target  # noqa: E402
+from hypothesis.control import currently_in_test_context  # noqa: E402
 
 from kernels.loader import KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option  # noqa: E402
 from oracles.differential import RunOptions, run_case  # noqa: E402
@@ -47,10 +48,15 @@ ROOT = Path(__file__).parent
 # no deadlines anywhere, and the slow-data health check is off for the same reason. Function
 # fixtures are per-test state (the failure record), which is what the check guards against.
 _QUIET = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
+# Properties report their accuracy margin with hypothesis.target() (Fuzz.record). Hill-climbing it
+# is for long runs (soak, HypoFuzz): ci, dev and gate draw exactly what they drew before.
+_NO_TARGET = [p for p in Phase if p is not Phase.target]
 settings.register_profile("ci", derandomize=True, max_examples=20, deadline=None, database=None,
-                          print_blob=True, suppress_health_check=_QUIET)
-settings.register_profile("dev", max_examples=40, deadline=None, print_blob=True, suppress_health_check=_QUIET)
-settings.register_profile("gate", max_examples=400, deadline=None, print_blob=True, suppress_health_check=_QUIET)
+                          print_blob=True, suppress_health_check=_QUIET, phases=_NO_TARGET)
+settings.register_profile("dev", max_examples=40, deadline=None, print_blob=True, suppress_health_check=_QUIET,
+                          phases=_NO_TARGET)
+settings.register_profile("gate", max_examples=400, deadline=None, print_blob=True, suppress_health_check=_QUIET,
+                          phases=_NO_TARGET)
 settings.register_profile("soak", max_examples=5000, deadline=None, print_blob=True, suppress_health_check=_QUIET)
 settings.load_profile("dev")
 
@@ -251,10 +257,12 @@ def strict(config) -> bool:
 
 @pytest.fixture(scope="session")
 def run_options(request) -> RunOptions:
-    gate = settings._current_profile == "gate"
     # TRITONFUZZ_SANITIZE=0: no guard bands (set for the compute-sanitizer replay of --memcheck,
     # where an access into a guard band would be an access into memory the process owns).
     sanitize = os.environ.get("TRITONFUZZ_SANITIZE", "1") != "0"
+    # A gate, and long runs on HypoFuzz (python -m oracles.engine: profiles fuzz, fuzz-replay), also
+    # run each case twice and compile for the AMD-class target.
+    gate = settings._current_profile in ("gate", "fuzz", "fuzz-replay")
     return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"),
                       strict=strict(request.config), determinism=gate, portability=gate, sanitize=sanitize)
 
@@ -364,6 +372,9 @@ class Fuzz:
                 end_worker_after_device_fault(case, implementation, kernel_option_for(self.node.config, implementation),
                                               verdict.render())
             LOST_DEVICE.append(f"{implementation.name} faulted the GPU in {self.node.nodeid} on case {case.summary()}")
+        margin = verdict.accuracy_margin()
+        if margin is not None and currently_in_test_context():  # judge cases and fixtures are not drawn
+            target(margin)  # unlabelled: HypoFuzz buckets it by powers of two, a behavior per bucket
         if verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict):
             failure = Failure(case, implementation, verdict, self.options)
             self.node.stash.setdefault(FAILURES, {})[failure_signature(failure)] = failure

@@ -424,14 +424,17 @@ def judge_verdict(outputs: dict, reference: dict, scores: Scores64, indices_vali
 
 
 def _merged(name: str, checks: list[Check]) -> Check:
-    """One check from several outputs' checks: FAIL if any failed, else the first RISK's kind."""
+    """One check from several outputs' checks: FAIL if any failed, else the first RISK's kind; the
+    largest error margin of those that have one."""
+    margin = max((c.margin for c in checks if c.margin is not None), default=None)
     failing = [c for c in checks if c.status == FAIL]
     if failing:
-        return Check(name, FAIL, " | ".join(c.message for c in failing + [c for c in checks if c.status == RISK]))
+        return Check(name, FAIL, " | ".join(c.message for c in failing + [c for c in checks if c.status == RISK]),
+                     margin=margin)
     risky = [c for c in checks if c.status == RISK]
     if risky:
-        return Check(name, RISK, " | ".join(c.message for c in risky), kind=risky[0].kind)
-    return Check(name, PASS)
+        return Check(name, RISK, " | ".join(c.message for c in risky), kind=risky[0].kind, margin=margin)
+    return Check(name, PASS, margin=margin)
 
 
 def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: bool = False) -> list[Check]:
