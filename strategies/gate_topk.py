@@ -14,7 +14,7 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import FLOAT_DTYPES, background, hostile_sizes, layouts, magnitudes, place, seeds
+from strategies.values import FLOAT_DTYPES, background, hostile_sizes, layouts, magnitudes, place, seeds, sometimes
 
 OP = "gate_topk"
 
@@ -44,7 +44,17 @@ VALUE_KINDS = (
     ("negative", "randn - 4: every value below 0, so a padding lane read as 0.0 would win"),
 )
 
+# The kinds as drawn: distinct values (the judge's, randn) twice as often as each tie-heavy kind,
+# so that ties and sentinels stay features rather than most of every row; the judge's first
+# (the shrink target).
+KIND_DRAWS = ("judge", "randn", "integers", "negative", "judge", "randn", "constant", "zeros", "neg_inf")
+
 # Special values put at drawn positions, each a bit pattern in x's dtype (special_tensor).
+# What each row gets (one each, see _gate_topk_cases), "none" first: the shrink target.
+ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "floor", "run", "all_equal")
+NANS = ("nan", "-nan", "nan_payload")
+# Values a kernel may use as a sentinel (a retired lane, a padding lane), for the row floors.
+FLOORS = ("-inf", "-max", "0.0", "-0.0")
 SPECIALS = ("nan", "-nan", "nan_payload", "inf", "-inf", "-0.0", "0.0", "subnormal", "-subnormal", "max", "-max")
 
 
@@ -105,15 +115,16 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
                     dtypes=FLOAT_DTYPES) -> st.SearchStrategy[Case]:
     """gate_topk cases.
 
-    Structure is drawn explicitly: M, N (hostile sizes: 1, primes, 31/32/33, 127/128/129,
-    255/256/257, 509/511/513, ...), k (or k = N), dtype, the value kind (VALUE_KINDS); every nasty
-    feature behind a boolean: all-equal rows, exact ties copied from a drawn rank (inside the top
-    k or straddling its boundary), a near tie one ulp of the dtype above or below a drawn rank,
-    a run of one special value over part of a row (several NaNs tie, many -inf), specials at up to
-    three drawn positions (SPECIALS: NaN of either sign or with a payload, +-inf, +-0.0,
-    subnormals, the dtype's extremes); then a layout (gaps hold NaN). Shrinks toward: min_rows
-    (then one row), N = 1, k = 1, bf16, the judge's randperm values, no ties, no specials,
-    contiguous.
+    Structure is drawn explicitly: M (0 rarely, behind its own boolean), N (hostile sizes: 1,
+    primes, 31/32/33, 127/128/129, 255/256/257, 509/511/513, ...), k (or k = N), dtype, the value
+    kind (VALUE_KINDS, from a drawn seed); then one hazard a row (ROW_HAZARDS): exact ties copied
+    from a drawn rank (inside the top k or straddling its boundary), a near tie one ulp of the
+    dtype above or below a drawn rank, NaNs of every kind (NANS) at up to three drawn columns, a
+    floor (every value from a drawn rank r < k down set to a sentinel-like value, FLOORS), a run
+    of one special value, an all-equal row; behind a boolean, specials at up to three drawn
+    places anywhere (SPECIALS: NaN of either sign or with a payload, +-inf, +-0.0, subnormals,
+    the dtype's extremes); then a layout (gaps hold NaN). Shrinks toward: min_rows (then one
+    row), N = 1, k = 1, bf16, the judge's randperm values, no hazard, no specials, contiguous.
     """
     if not 0 <= min_rows <= max_rows:
         raise InvalidArgument(f"gate_topk_cases: need 0 <= min_rows <= max_rows, got min_rows={min_rows}, "
@@ -129,35 +140,56 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
 
 @st.composite
 def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes):
-    M = draw(st.integers(min_rows, max_rows), label="M")
+    # M = 0 behind its own rare boolean: a plain integers(0, ...) draws it a fifth of the time
+    # under ci, a fifth of the examples wasted on empty outputs.
+    if min_rows == 0 and draw(sometimes(12), label="M=0?"):
+        M = 0
+    else:
+        M = draw(st.integers(max(min_rows, 1), max(max_rows, 1)), label="M")
     N = draw(hostile_sizes(max_value=max_cols), label="N")
     if 1 < N <= max_k and draw(st.booleans(), label="k=N?"):
         k = N
     else:
         k = draw(st.integers(1, min(N, max_k)), label="k")
     dtype = draw(st.sampled_from(dtypes), label="dtype")
-    kind = draw(st.sampled_from([name for name, _ in VALUE_KINDS]), label="values")
+    kind = draw(st.sampled_from(KIND_DRAWS), label="values")
     x = make_values(kind, (M, N), seed=draw(seeds(), label="values_seed"),
                     scale=draw(magnitudes(), label="scale"), dtype=dtype)
 
-    if M and N > 1 and draw(st.booleans(), label="all_equal?"):
-        for m in draw(st.lists(st.integers(0, M - 1), min_size=1, max_size=2, unique=True), label="all_equal_rows"):
+    # One hazard a row, each drawn for its own row: the rows of this op are independent, so a
+    # case of M rows tests M hazards for the price of one launch (the interpreter's cost is per
+    # program, and a program holds up to 2048 / N_PAD rows), and the minimizer drops the rows
+    # that do not matter. Each shrinks to "none".
+    for m in range(M):
+        hazard = draw(st.sampled_from(ROW_HAZARDS), label=f"row {m} hazard")
+        if hazard == "ties" and N > 1:
+            for _ in range(draw(st.integers(1, 2), label="tie_groups")):
+                anchor, lanes = draw(_tie_lanes(x[m], k, copies=draw(st.integers(1, min(3, N - 1)), label="copies")),
+                                     label="tie")
+                x[m, lanes] = x[m, anchor].clone()
+        elif hazard == "near_tie" and N > 1:
+            anchor, lanes = draw(_tie_lanes(x[m], k, copies=1), label="near_tie")
+            x[m, lanes[0]] = next_in_dtype(x[m, anchor], up=draw(st.booleans(), label="near_tie_above?"))
+        elif hazard == "nan":
+            # torch.topk ranks every NaN first, whatever its sign or payload (a raw bit key ranks
+            # a sign-set NaN below -inf, a payload NaN above the canonical one)
+            for col, name in draw(st.lists(st.tuples(st.integers(0, N - 1), st.sampled_from(NANS)),
+                                           min_size=1, max_size=3), label="nans"):
+                x[m, col] = special_tensor(name, dtype)
+        elif hazard == "floor":
+            # everything from a drawn rank r < k down becomes one value a kernel may use as a
+            # sentinel: the top k reaches into a run of it, where a retired lane marked with that
+            # value, or a padding lane reading it, collides with real ones
+            rank = draw(st.integers(0, k - 1), label="floor_rank")
+            order = torch.sort(x[m].double(), descending=True, stable=True).indices
+            x[m, order[rank:]] = special_tensor(draw(st.sampled_from(FLOORS), label="floor"), dtype)
+        elif hazard == "run":
+            # one special over a run of the row: several NaNs (a NaN tie), many +inf, many -0.0 ...
+            start = draw(st.integers(0, N - 1), label="run_start")
+            length = draw(st.integers(1, N - start), label="run_length")
+            x[m, start:start + length] = special_tensor(draw(st.sampled_from(SPECIALS), label="run_special"), dtype)
+        elif hazard == "all_equal":
             x[m] = x[m, 0].clone()
-    if M and N > 1 and draw(st.booleans(), label="ties?"):
-        for _ in range(draw(st.integers(1, 2), label="tie_groups")):
-            row, anchor, lanes = draw(_tie_lanes(x, k, copies=draw(st.integers(1, min(3, N - 1)), label="copies")),
-                                      label="tie")
-            x[row, lanes] = x[row, anchor].clone()
-    if M and N > 1 and draw(st.booleans(), label="near_tie?"):
-        row, anchor, lanes = draw(_tie_lanes(x, k, copies=1), label="near_tie")
-        up = draw(st.booleans(), label="near_tie_above?")
-        x[row, lanes[0]] = next_in_dtype(x[row, anchor], up=up)
-    if M and draw(st.booleans(), label="special_run?"):
-        # one special over a run of a row: several NaNs (a NaN tie), many -inf, many -0.0 ...
-        row = draw(st.integers(0, M - 1), label="run_row")
-        start = draw(st.integers(0, N - 1), label="run_start")
-        length = draw(st.integers(1, N - start), label="run_length")
-        x[row, start:start + length] = special_tensor(draw(st.sampled_from(SPECIALS), label="run_special"), dtype)
     if M and draw(st.booleans(), label="specials?"):
         for pos, name in draw(st.lists(st.tuples(st.integers(0, M * N - 1), st.sampled_from(SPECIALS)),
                                        min_size=1, max_size=3), label="specials"):
@@ -187,14 +219,13 @@ def next_in_dtype(value: torch.Tensor, *, up: bool) -> torch.Tensor:
 
 
 @st.composite
-def _tie_lanes(draw, x, k, *, copies):
-    """(row, anchor lane, [other lanes]) for a tie: the anchor is the lane at a drawn rank of the
-    row's stable descending order; at the k boundary (rank k - 1) the other lanes come from below
-    the top k, so the tie straddles it; otherwise from anywhere. Shrinks toward row 0, the top
-    anchor, the next lanes in rank order."""
-    M, N = x.shape
-    row = draw(st.integers(0, M - 1), label="row")
-    order = torch.sort(x[row].double(), descending=True, stable=True).indices.tolist()
+def _tie_lanes(draw, row, k, *, copies):
+    """(anchor lane, [other lanes]) for a tie in one row [N]: the anchor is the lane at a drawn
+    rank of the row's stable descending order; at the k boundary (rank k - 1) the other lanes come
+    from below the top k, so the tie straddles it; otherwise from anywhere. Shrinks toward the
+    top anchor and the next lanes in rank order."""
+    N = row.shape[0]
+    order = torch.sort(row.double(), descending=True, stable=True).indices.tolist()
     if k < N and draw(st.booleans(), label="at_boundary?"):
         rank, pool = k - 1, order[k:]
     else:
@@ -202,7 +233,7 @@ def _tie_lanes(draw, x, k, *, copies):
         pool = order[:rank] + order[rank + 1:]
     n = min(copies, len(pool))
     picks = draw(st.lists(st.integers(0, len(pool) - 1), min_size=n, max_size=n, unique=True), label="lanes")
-    return row, order[rank], [pool[i] for i in picks]
+    return order[rank], [pool[i] for i in picks]
 
 
 def case_features(x: torch.Tensor, k: int) -> set[str]:
@@ -322,4 +353,4 @@ def _column_subsets(N):
 
 
 __all__ = ["gate_topk_cases", "judge_cases", "model_cases", "smaller_cases", "special_tensor", "next_in_dtype", "SIZES", "JUDGE_CASES",
-           "VALUE_KINDS", "SPECIALS"]
+           "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
