@@ -40,7 +40,7 @@ VALUE_KINDS = (
     ("integers", "small integers -3..3: most of a row ties with other lanes, across the k boundary"),
     ("constant", "one value a row: the whole row is one tie, every order among it valid"),
     ("zeros", "+0.0 and -0.0 mixed: equal values whose bits differ (a raw bit key orders them)"),
-    ("neg_inf", "-inf everywhere but a few lanes: k reaches into -inf, where a value sentinel collides"),
+    ("neg_inf", "-inf everywhere but r <= k lanes a row: the top k reaches -inf, where a value sentinel collides"),
     ("negative", "randn - 4: every value below 0, so a padding lane read as 0.0 would win"),
 )
 
@@ -83,8 +83,9 @@ def special_tensor(name: str, dtype: torch.dtype) -> torch.Tensor:
     return torch.tensor(value, dtype=dtype)
 
 
-def make_values(kind: str, shape: tuple[int, int], *, seed: int, scale: float, dtype: torch.dtype) -> torch.Tensor:
-    """The bulk of x for a VALUE_KINDS kind, from a seeded CPU generator."""
+def make_values(kind: str, shape: tuple[int, int], *, k: int, seed: int, scale: float,
+                dtype: torch.dtype) -> torch.Tensor:
+    """The bulk of x [M, N] for a VALUE_KINDS kind and a top k, from a seeded CPU generator."""
     M, N = shape
     gen = torch.Generator().manual_seed(seed)
     if kind == "judge":
@@ -99,9 +100,11 @@ def make_values(kind: str, shape: tuple[int, int], *, seed: int, scale: float, d
         signs = torch.randint(0, 2, shape, generator=gen).bool()
         return torch.where(signs, torch.tensor(-0.0), torch.tensor(0.0)).to(dtype)
     if kind == "neg_inf":
-        x = torch.full(shape, -math.inf)
-        few = torch.rand(shape, generator=gen) < 0.25
-        return torch.where(few, torch.randn(shape, generator=gen), x).to(dtype)
+        # r of a row's lanes finite, r drawn in 0..k per row: the top k always reaches -inf
+        # unless r = k, so lanes of a real -inf are chosen (and must be chosen once each)
+        finite = torch.randint(0, k + 1, (M, 1), generator=gen)
+        shuffled = torch.rand(shape, generator=gen).argsort(-1)
+        return torch.where(shuffled < finite, torch.randn(shape, generator=gen), -math.inf).to(dtype)
     if kind == "negative":
         return (torch.randn(shape, generator=gen) - 4.0).to(dtype)
     raise InvalidArgument(f"make_values: kind={kind!r}; expected one of {[k for k, _ in VALUE_KINDS]}")
@@ -153,7 +156,7 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes):
         k = draw(st.integers(1, min(N, max_k)), label="k")
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     kind = draw(st.sampled_from(KIND_DRAWS), label="values")
-    x = make_values(kind, (M, N), seed=draw(seeds(), label="values_seed"),
+    x = make_values(kind, (M, N), k=k, seed=draw(seeds(), label="values_seed"),
                     scale=draw(magnitudes(), label="scale"), dtype=dtype)
 
     # One hazard a row, each drawn for its own row: the rows of this op are independent, so a
