@@ -312,6 +312,28 @@ def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
     return cases
 
 
+# The official bench (benchmark/test_gate_topk.py): (m, 256, k) for m in 1, 8, 64, 512 and k in
+# 4, 8, plus m = 4096 as its "more shapes"; one larger case of ours past the judge's sizes.
+BENCH_M, BENCH_LARGE_M, BENCH_N, BENCH_K = (1, 8, 64, 512, 4096), (65536,), 256, (4, 8)
+
+
+def bench_inputs(m: int, k: int, device) -> dict:
+    """The official bench's inputs: a CPU generator seeded 0 (not the test's 9), x = randperm(m n)
+    / (m n) as float32 moved to the device; the bench declares bf16 but its input function ignores
+    the dtype. It calls gate_topk(x, k=k); these are passed by keyword like every call here."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = (torch.randperm(m * BENCH_N, generator=g).reshape(m, BENCH_N).float() / (m * BENCH_N)).to(device)
+    return {"x": x.contiguous(), "k": k}
+
+
+def bench_cases():
+    """(label, size, is_bench_case, builder(size, device)) for kernels/bench.py: the official bench
+    grid (every m, 4096 included, counts toward the average) and one larger case at k = 8."""
+    grid = [(f"m={m} k={k}", m, True, lambda size, device, k=k: bench_inputs(size, k, device))
+            for m in BENCH_M for k in BENCH_K]
+    return grid + [(f"m={m} k=8", m, False, lambda size, device: bench_inputs(size, 8, device)) for m in BENCH_LARGE_M]
+
+
 def model_cases() -> list[Case]:
     """Routers' own shapes on a few rows: Mixtral (8 experts, top 2) in float32, DeepSeek-V3 (256
     experts, top 8) in bf16 (randn in bf16 has exact ties), Kimi K2 (384 experts, top 8)."""
@@ -355,5 +377,5 @@ def _column_subsets(N):
                 yield [e for e in range(N) if e != drop]
 
 
-__all__ = ["gate_topk_cases", "judge_cases", "model_cases", "smaller_cases", "special_tensor", "next_in_dtype", "SIZES", "JUDGE_CASES",
+__all__ = ["gate_topk_cases", "judge_cases", "model_cases", "bench_cases", "smaller_cases", "special_tensor", "next_in_dtype", "SIZES", "JUDGE_CASES",
            "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
