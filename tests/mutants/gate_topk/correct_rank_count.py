@@ -61,7 +61,7 @@ def gate_topk(x, k):
         return values, indices
     N_PAD = _next_pow2(N)
     _rank_kernel[(min(M, 65535),)](x, x.stride(0), x.stride(1), values, indices, M, N, int(k),
-                                   N_PAD=N_PAD, CHUNK=min(N_PAD, max(32, 8192 // N_PAD)), num_warps=4)
+                                   N_PAD=N_PAD, CHUNK=min(N_PAD, max(64, 16384 // N_PAD)), num_warps=4)
     return values, indices
 
 

@@ -1,10 +1,10 @@
 """gate_topk, correct variant: two launches through a workspace.
 
-Launch 1, one program per (block of up to 8 rows, tile of 64 columns): each row's top
-min(k, 64) of the tile as (key, column) pairs into an int32 workspace [M, tiles, KT_PAD] (empty slots: INT32_MIN, INT32_MAX).
+Launch 1, one program per (block of up to 8 rows, tile of 128 columns): each row's top
+min(k, 128) of the tile as (key, column) pairs into an int32 workspace [M, tiles, KT_PAD] (empty slots: INT32_MIN, INT32_MAX).
 Launch 2, one program per row: k steps over all the row's candidates (largest key, then the
 smallest column holding it), each chosen value loaded from x at its column. Every element of the
-row's top k is in its tile's top min(k, 64), so the candidates hold the answer. Keys as in the
+row's top k is in its tile's top min(k, 128), so the candidates hold the answer. Keys as in the
 bundled kernel: NaN -> INT32_MAX above +inf, -0.0 -> +0.0, negative magnitudes flipped.
 """
 
@@ -87,7 +87,7 @@ def gate_topk(x, k):
     indices = torch.empty((M, k), dtype=torch.int32, device=x.device)
     if M == 0 or k == 0:
         return values, indices
-    BLOCK_N = 64
+    BLOCK_N = 128
     BLOCK_M = max(1, min(_next_pow2(M), 8))
     tiles = triton.cdiv(N, BLOCK_N)
     kt = min(k, BLOCK_N)
