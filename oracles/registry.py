@@ -35,6 +35,7 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
     OpSpec("hc_head", ("x", "hc_fn", "hc_scale", "hc_base", "norm_eps", "hc_eps")),
     OpSpec("sigmoid_gate_topk_renorm",
            ("logits", "k", "n_shared_experts", "route_scale", "global_scale", "bias")),
+    OpSpec("gate_topk", ("x", "k")),
 )}
 
 

@@ -86,3 +86,27 @@ def bench_tolerance():
     from oracles.tolerances import judge_tolerance
     atol, rtol = judge_tolerance(torch.bfloat16)
     return {"atol": atol, "rtol": rtol}
+
+
+def test_an_op_that_declares_its_bench_cases_needs_no_branch_in_the_bench(monkeypatch, run_options):
+    """gate_topk declares its cases in strategies/gate_topk.py (bench_cases); kernels/bench.py
+    times the dispatching entry and both designs, counts traffic from the reference's outputs,
+    sweeps nothing and sets no goal for it."""
+    import strategies.gate_topk as gate_topk_strategies
+    from oracles.gate_topk import reference
+    device = run_options.device
+    tiny = [("m=3 k=2", 3, True, lambda size, dev: {"x": torch.rand(size, 40).to(dev), "k": 2})]
+    monkeypatch.setattr(gate_topk_strategies, "bench_cases", lambda: tiny)
+    monkeypatch.setattr(bench, "timed", lambda fn, sets, quick: EAGER_US if fn is reference else KERNEL_US)
+    args = argparse.Namespace(no_compile=True, no_rotate=True, quick=True)
+    logged = []
+    result = bench.bench_op("gate_topk", args, copy_bps=1e12, l2_bytes=2**20, deadline=math.inf, log=logged.append,
+                            device=device)
+    [row] = result["rows"]
+    assert result["default"] == "entry" and list(row["kernels"]) == ["entry", "rows", "streaming"]
+    assert all(k["check"] == "ok" for k in row["kernels"].values()), row
+    assert row["bytes"] == 3 * 40 * 4 + 3 * 2 * 4 + 3 * 2 * 4  # x + values (float32) + indices (int32)
+    [goal] = bench.goals({"copy_bandwidth_Bps": 1e12}, [result], bench.summary([result], 1e12))
+    assert goal.startswith("goal gate_topk (entry): average x eager 10.00 (no goal set)"), goal
+    assert bench.sweep_op("gate_topk", args, 2**20, logged.append, device=device) == []
+    assert "gate_topk" in bench.OPS

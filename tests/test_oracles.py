@@ -294,3 +294,205 @@ def test_sgtr_underflowing_row_is_an_ftz_risk_not_a_failure():
     wrong = {**flushed, "routed_w": torch.tensor([[2.0, math.nan]])}
     checks, verdict = sgtr_checks(case, outputs=wrong)
     assert checks["accuracy"].status == "fail" or checks["specials"].status == "fail", verdict.render()
+
+
+# =============================================================================================
+# gate_topk: the reference passes its own tie-aware verdict, the float64 oracle agrees with a
+# plain Python sort (NaN first, ties and +-0.0 by column), the indices check accepts every order
+# among equal values and rejects a skipped larger value, a repeated or outside column and an
+# ascending order, and the values must be the elements themselves.
+
+from oracles import gate_topk as gt_oracle  # noqa: E402
+from strategies.gate_topk import build_case as gt_case  # noqa: E402
+from strategies.gate_topk import gate_topk_cases  # noqa: E402
+from strategies.gate_topk import judge_cases as gt_judge_cases  # noqa: E402
+
+gt = pytest.mark.gate_topk
+
+
+def gt_checks(case, indices=None, *, outputs=None, judge_exact=False):
+    """The verdict for outputs whose values are x at `indices` (default: the reference's own
+    choice), as ({check name: Check}, Verdict)."""
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    if outputs is None:
+        idx = reference["indices"] if indices is None else torch.tensor(indices, dtype=torch.int32)
+        outputs = {"values": case.inputs["x"].gather(1, idx.long()), "indices": idx}
+    checks = gt_oracle.verdict_checks(case, outputs, reference, judge_exact=judge_exact)
+    return {c.name: c for c in checks}, Verdict(checks)
+
+
+def row_case(values, *, k, dtype=torch.float32):
+    return gt_case(x=torch.tensor([values], dtype=torch.float64).to(dtype), k=k)
+
+
+@gt
+@given(case=gate_topk_cases(max_rows=4, max_cols=70))
+@settings(max_examples=80)
+def test_gate_topk_reference_passes_its_own_verdict(case):
+    """torch.topk is a correct top-k: its indices are valid and its values exact on every drawn
+    case (ties, NaN of either sign, +-inf, +-0.0, floors, every dtype and layout); with its own
+    indices the judge is never a tie risk, so --judge-exact passes too."""
+    checks, verdict = gt_checks(case)
+    assert not verdict.failures(judge_exact=True), verdict.render()
+    assert checks["indices"].status == "pass" and checks["accuracy"].status == "pass"
+
+
+@gt
+@pytest.mark.parametrize("case", gt_judge_cases()[:4], ids=lambda c: c.label)
+def test_gate_topk_reference_passes_on_judge_cases(case):
+    checks, verdict = gt_checks(case)
+    assert all(c.status == "pass" for c in checks.values()), verdict.render()
+
+
+def python_order(row: list[float]) -> list[int]:
+    """torch.topk's order by hand: NaN (any sign) first, then larger values, equal values (and
+    -0.0 with +0.0) by column."""
+    return sorted(range(len(row)), key=lambda j: (not math.isnan(row[j]), -row[j] if not math.isnan(row[j]) else 0, j))
+
+
+@gt
+@given(case=gate_topk_cases(min_rows=1, max_rows=3, max_cols=40))
+@settings(max_examples=60)
+def test_gate_topk_oracle64_against_a_python_sort(case):
+    x, k = case.inputs["x"], case.inputs["k"]
+    o = gt_oracle.oracle64(x, k)
+    for m, row in enumerate(x.double().tolist()):
+        expected = python_order(row)[:k]
+        assert o.indices[m].tolist() == expected, (m, row, o.indices[m].tolist(), expected)
+        got = o.values[m].tolist()
+        assert all((math.isnan(a) and math.isnan(row[j])) or a == row[j] for a, j in zip(got, expected))
+
+
+# [1, 3, 3, 2, 3, 0]: the design card's scores; torch.topk orders the three 3s differently on
+# the CPU ([2, 4] for k = 2) and on an H200 ([2, 1])
+TIED = [1.0, 3.0, 3.0, 2.0, 3.0, 0.0]
+
+
+@gt
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_gate_topk_indices_accept_any_order_among_exact_ties(k):
+    case = row_case(TIED, k=k)
+    reference = gt_oracle.reference(**case.inputs)[1][0].tolist()
+    for choice in itertools.permutations([1, 2, 4], k):
+        checks, verdict = gt_checks(case, [list(choice)])
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+        assert checks["accuracy"].status == "pass", (choice, checks["accuracy"].message)
+        expected = "pass" if list(choice) == reference else "risk"
+        assert checks["judge"].status == expected, (choice, checks["judge"])
+        if expected == "risk":
+            assert checks["judge"].kind == "tie" and "equal values" in checks["judge"].message
+            rule = "follows" if list(choice) == [1, 2, 4][:k] else "does not follow"
+            assert f"{rule} the task's smaller-column-first rule" in checks["judge"].message
+            assert [c.name for c in verdict.failures(judge_exact=True)] == ["judge"]
+            assert not verdict.failures()
+
+
+@gt
+@pytest.mark.parametrize("choice, why", [
+    ([[1, 3]], "left out"),           # 2 chosen while the 3s of columns 2 and 4 are left out
+    ([[3, 1]], "left out"),
+    ([[1, 0]], "left out"),
+    ([[1, 1]], "repeated"),
+    ([[1, 6]], "outside"),            # a padding column
+    ([[-1, 1]], "outside"),
+])
+def test_gate_topk_indices_reject_a_skipped_larger_value(choice, why):
+    case = row_case(TIED, k=2)
+    x = case.inputs["x"]
+    idx = torch.tensor(choice, dtype=torch.int32)
+    values = x.gather(1, idx.long().clamp(0, x.shape[1] - 1))
+    checks, _ = gt_checks(case, outputs={"values": values, "indices": idx})
+    assert checks["indices"].status == "fail" and why in checks["indices"].message, checks["indices"]
+    assert checks["judge"].status == "fail"
+
+
+@gt
+def test_gate_topk_indices_reject_an_ascending_order():
+    case = row_case(TIED, k=4)
+    checks, _ = gt_checks(case, [[3, 1, 2, 4]])
+    assert checks["indices"].status == "fail" and "descending" in checks["indices"].message
+    checks, _ = gt_checks(case, [[4, 1, 2, 3]])
+    assert checks["indices"].status == "pass", checks["indices"].message
+
+
+@gt
+def test_gate_topk_nan_of_either_sign_ranks_first_in_any_order():
+    nan, inf = math.nan, math.inf
+    x = torch.tensor([[1.0, nan, 3.0, -nan, inf]])
+    assert torch.signbit(x[0, 3]) and x[0, 3].isnan()
+    case = gt_case(x=x, k=3)
+    ref = gt_oracle.reference(**case.inputs)[1][0].tolist()
+    assert set(ref[:2]) == {1, 3} and ref[2] == 4  # torch.topk: both NaNs first, then +inf
+    checks, _ = gt_checks(case)
+    assert checks["indices"].status == "pass" and checks["judge"].status == "skip", checks
+    for choice in ([[3, 1, 4]], [[1, 3, 4]]):
+        checks, _ = gt_checks(case, choice)
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+    for choice in ([[1, 4, 3]], [[4, 1, 3]], [[1, 4, 2]]):
+        checks, _ = gt_checks(case, choice)
+        assert checks["indices"].status == "fail" and "NaN" in checks["indices"].message, (choice, checks["indices"])
+
+
+@gt
+def test_gate_topk_signed_zeros_are_a_tie():
+    """-0.0 == +0.0: either zero may come first, and a zero of the other sign as a value passes
+    (torch.topk itself returns them in either order)."""
+    case = row_case([-0.0, 0.0, -0.0, 0.0, -1.0], k=2)
+    for choice in ([[0, 1]], [[1, 3]], [[2, 0]], [[3, 2]]):
+        checks, verdict = gt_checks(case, choice)
+        assert not verdict.failures(), (choice, verdict.render())
+    flipped = {"values": torch.tensor([[0.0, 0.0]]), "indices": torch.tensor([[0, 2]], dtype=torch.int32)}
+    checks, verdict = gt_checks(case, outputs=flipped)
+    assert not verdict.failures(), verdict.render()
+
+
+@gt
+def test_gate_topk_a_row_of_neg_inf_is_chosen_once_each():
+    case = row_case([5.0, -math.inf, -math.inf, -math.inf], k=3)
+    checks, verdict = gt_checks(case, [[0, 2, 1]])
+    assert not verdict.failures(), verdict.render()
+    checks, _ = gt_checks(case, [[0, 1, 0]])  # a retired lane picked again (a -inf value sentinel)
+    assert checks["indices"].status == "fail" and "repeated" in checks["indices"].message
+
+
+@gt
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gate_topk_values_must_be_the_elements_themselves(dtype):
+    """The bound is 0: one ulp off, or a neighbour's value with valid indices, fails accuracy."""
+    case = gt_judge_cases()[0]
+    case = case.with_inputs(x=case.inputs["x"].to(dtype))
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    off = reference["values"].clone()
+    off[0, 3] = torch.nextafter(off[0, 3].float(), torch.tensor(2.0)).to(dtype) if dtype == torch.float32 else \
+        (off[0, 3].float() * (1 + torch.finfo(dtype).eps)).to(dtype)
+    assert off[0, 3] != reference["values"][0, 3]
+    checks, _ = gt_checks(case, outputs={**reference, "values": off})
+    assert checks["accuracy"].status == "fail" and "values[0, 3]" in checks["accuracy"].message, checks["accuracy"]
+    swapped = reference["values"].clone()
+    swapped[0, [2, 3]] = swapped[0, [3, 2]]
+    checks, _ = gt_checks(case, outputs={**reference, "values": swapped})
+    assert checks["accuracy"].status == "fail" and checks["indices"].status == "pass"
+
+
+@gt
+def test_gate_topk_contract_wants_int32_indices_and_the_input_dtype():
+    case = gt_judge_cases()[0]
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    checks, _ = gt_checks(case, outputs={**reference, "indices": reference["indices"].long()})
+    assert checks["contract"].status == "fail" and "int32" in checks["contract"].message
+    bf16 = case.with_inputs(x=case.inputs["x"].to(torch.bfloat16))
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**bf16.inputs)))
+    checks, _ = gt_checks(bf16, outputs={**reference, "values": reference["values"].float()})
+    assert checks["contract"].status == "fail" and "bfloat16" in checks["contract"].message
+
+
+@gt
+def test_gate_topk_judge_domain():
+    for case in gt_judge_cases():
+        assert not gt_oracle.judge_domain_violations(case), (case.label, gt_oracle.judge_domain_violations(case))
+    case = gt_judge_cases()[1]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=case.inputs["x"].half())) == ["x.dtype=float16"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=case.inputs["x"][:, ::2])) == ["x.layout=strided"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(k=33)) == ["k=33"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=case.inputs["x"][:0])) == ["M=0"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=torch.zeros(2, 2000))) == ["N=2000"]

@@ -1,0 +1,60 @@
+"""gate_topk properties: every drawn case, the judge's own fourteen cases and routers' shapes,
+against every implementation under test."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oracles.platform import suite_device
+from strategies.gate_topk import SIZES, gate_topk_cases, judge_cases, model_cases
+
+OP = "gate_topk"
+pytestmark = pytest.mark.gate_topk
+
+
+@given(data=st.data())
+def test_kernel_agrees_with_oracle_and_reference(data, implementation, fuzz, run_options):
+    """contract, indices (a valid top-k, ties in any order, NaN first), specials, values against
+    oracle64 (exact), and the judge's check (a different tie order is a risk)."""
+    case = data.draw(gate_topk_cases(**SIZES[run_options.device]), label="case")
+    fuzz.check(case, implementation)
+
+
+# The judge's cases. Under the interpreter the bench grid's [512, 256] and [4096, 256] cases take
+# 2-4 s and 10-50 s a design (the suite's CI budget is the reason), so they run on a GPU; every
+# correctness case ([1, 256], [37, 128], [512, 64], [128, 384]) runs on the CPU too.
+JUDGE = judge_cases(suite_device())  # built as the official test builds them (on the CPU, then moved)
+CPU_MAX_JUDGE_ELEMENTS = 100_000
+
+
+def too_slow_for_cpu(case) -> bool:
+    return case.inputs["x"].numel() > CPU_MAX_JUDGE_ELEMENTS
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.label.replace(" ", "-"), marks=[pytest.mark.gpu] if too_slow_for_cpu(c) else [])
+    for c in JUDGE])
+def test_judge_cases(case, implementation, fuzz, run_options):
+    if run_options.device == "cpu" and too_slow_for_cpu(case):
+        pytest.skip("bench-size judge case: too slow under the CPU interpreter; runs natively on a GPU")
+    fuzz.check(case, implementation)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.label.replace(" ", "-")) for c in model_cases()])
+def test_model_config(case, implementation, fuzz):
+    fuzz.check(case, implementation)
+
+
+def test_beyond_int32_elements(implementation, beyond_int32, fuzz):
+    """M * N > 2^31: the last rows' addresses need 64-bit offsets. Every gate on a GPU runs it.
+    The kernel runs on all rows; the verdict checks the first and last ones
+    (oracles/sampled_rows.py)."""
+    import torch
+
+    from oracles.sampled_rows import sampled_row_case
+    N, M = 256, 8_400_000  # 2.15e9 float32 elements: 8.6 GB
+    beyond_int32(M * N * 4 + M * 8 * 8 + 2**30)  # x, the outputs, and room for the kernel's own
+    gen = torch.Generator("cuda").manual_seed(0)
+    inputs = {"x": torch.rand(M, N, generator=gen, device="cuda"), "k": 8}
+    case, verdict = sampled_row_case(OP, implementation.fn, inputs, [0, 1, M // 2, M - 2, M - 1])
+    fuzz.record(case, implementation, verdict)
