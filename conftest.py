@@ -31,6 +31,8 @@ from oracles.failures import (Failure, failure_exception, failure_message, failu
                               minimized_unsupported, record_fixture)
 from oracles.gate import ImplementationSummary, Tally, dumps, render_table, report_json  # noqa: E402
 from oracles.inflight import crashed_case_verdict, in_flight, inflight_dir  # noqa: E402
+from oracles.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,  # noqa: E402
+                            limit_bytes, process_limit)
 from oracles.platform import suite_device  # noqa: E402
 from oracles.registry import OPS  # noqa: E402
 from oracles.verdict import FAIL as FAIL_STATUS  # noqa: E402
@@ -77,6 +79,10 @@ def pytest_addoption(parser):
     group.addoption("--case-timeout", type=float, default=300.0, metavar="SECONDS",
                     help="a single kernel call running longer is a hang: the case is saved as a fixture and "
                          "the worker process ends (default 300)")
+    group.addoption("--memory-limit", type=check_memory_limit_option, default=4.0, metavar="GIB",
+                    help="CPU tier: each test process may hold at most GIB GiB of data (RLIMIT_DATA), and a "
+                         "kernel's own CPU allocations in one call at most a quarter of that; past it the "
+                         "allocation fails and so does the case (default 4; 0: no limit)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -98,6 +104,8 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{op}: tests of the {op} op (select with -m {op})")
     config.addinivalue_line("markers", "gpu: needs a GPU (skipped under the CPU interpreter)")
     pin_xdist_worker_to_gpu()
+    if not GPU:  # before any kernel module is imported (oracles/memory.py: why not on a GPU)
+        apply_process_limit(limit_bytes(config.getoption("memory_limit")))
     # The run's temporary folder, made by the controller before xdist starts workers: they inherit
     # where to record in-flight cases and find the zip members the controller unpacked.
     workdir = inflight_dir(fresh=not hasattr(config, "workerinput")) / "kernels"
@@ -179,6 +187,10 @@ def pytest_report_header(config):
     where = torch.cuda.get_device_name() if GPU else "CPU (Triton interpreter)"
     lines = [f"tritonfuzz: device {where}; TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')!r}; "
              f"hypothesis profile {settings._current_profile}"]
+    if not GPU:
+        limit, call = process_limit(), call_limit_bytes(config.getoption("memory_limit"))
+        lines.append(f"tritonfuzz: memory limit {fmt_bytes(limit) if limit else 'none'} a process, "
+                     f"{fmt_bytes(call) if call else 'none'} a kernel call (--memory-limit)")
     if INTERPRETED:
         from kernels.interpreter import bf16_arithmetic_is_exact
         lines.append(f"tritonfuzz: interpreter bf16 arithmetic exact: {bf16_arithmetic_is_exact()}")
@@ -236,7 +248,8 @@ def strict(config) -> bool:
 def run_options(request) -> RunOptions:
     gate = settings._current_profile == "gate"
     return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"),
-                      strict=strict(request.config), determinism=gate, portability=gate)
+                      strict=strict(request.config), determinism=gate, portability=gate,
+                      alloc_limit=call_limit_bytes(request.config.getoption("memory_limit")))
 
 
 # Which tally a test's verdicts go to (oracles/gate.py KINDS); every other property is "fuzz".
