@@ -29,7 +29,8 @@ from kernels.loader import KernelLoadError, bundled_implementations, load_kernel
 from oracles.differential import RunOptions, run_case  # noqa: E402
 from oracles.failures import (Failure, failure_exception, failure_message, failure_signature, minimized,  # noqa: E402
                               minimized_unsupported, record_fixture)
-from oracles.gate import ImplementationSummary, Tally, dumps, render_table, report_json  # noqa: E402
+from oracles import accounting  # noqa: E402
+from oracles.gate import ImplementationSummary, Tally, dumps, overall_verdict, render_table, report_json  # noqa: E402
 from oracles.inflight import crashed_case_verdict, in_flight, inflight_dir  # noqa: E402
 from oracles.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,  # noqa: E402
                             limit_bytes, process_limit)
@@ -109,6 +110,7 @@ def pytest_configure(config):
     # The run's temporary folder, made by the controller before xdist starts workers: they inherit
     # where to record in-flight cases and find the zip members the controller unpacked.
     workdir = inflight_dir(fresh=not hasattr(config, "workerinput")) / "kernels"
+    config.pluginmanager.register(accounting.CollectionRecorder(inflight_dir()), "tritonfuzz-collected")
     if not hasattr(config, "workerinput"):  # fixtures newer than this are not collected (tests/test_regressions.py)
         os.environ["_TRITONFUZZ_RUN_STARTED"] = repr(time.time())
     kernels = {}
@@ -454,8 +456,10 @@ class GateSummary:
             s.elapsed_s += report.duration
             suite_only = report.failed and any(n == "tritonfuzz_suite_error" for n, _ in report.user_properties) \
                 and not any(n == "tritonfuzz_fixture" for n, _ in report.user_properties)
-            if report.failed and not suite_only:
+            if report.failed and not suite_only and report.when != "setup":  # a setup error: the suite's, below
                 s.tests_failed += 1
+            s.record_test(report.nodeid, report.when, report.outcome,
+                          accounting.not_run_reason(report) if report.skipped or report.failed else "")
             if report.skipped and TEST_KINDS.get(report.nodeid.split("::")[-1].split("[")[0]) == "judge":
                 s.judge_official["skipped"] += 1
         if report.when not in ("call", "???"):  # item properties repeat on every phase's report
@@ -477,16 +481,46 @@ class GateSummary:
                 self.summary(value["op"], value["implementation"]).suite_errors.append(value["message"])
 
     def pytest_sessionfinish(self, session):
-        """Exit code 3 when the suite itself failed and the kernels gave no failure of their own."""
+        """Exit code 3 when the suite itself failed and the kernels gave no failure of their own;
+        in a gate, 5 (pytest's "no tests ran") when an implementation's tests did not all run and
+        pytest would have said 0."""
         summaries = self.summaries.values()
         if any(s.suite_errors for s in summaries) and not any(s.verdict == "FAIL" for s in summaries):
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        if self.config.stash[KERNELS]:
+            verdict = overall_verdict(self.reported())
+            if verdict == "ERROR":
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            elif verdict in ("NOT RUN", "INCOMPLETE") and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+    def reported(self) -> list[ImplementationSummary]:
+        """The implementations the verdict is about (those under test, in a gate), each with every
+        test collected for it: those that never reported never started."""
+        under_test = {(op, i.name) for op, loaded in self.config.stash[KERNELS].items()
+                      for lk in loaded for i in lk.implementations}
+        for key in under_test:
+            self.summary(*key)
+        tests, deselected = accounting.read(inflight_dir())
+        for nodeid, key in tests.items():
+            if key in self.summaries:
+                self.summaries[key].collected.add(nodeid)
+        for key, n in deselected.items():
+            if key in self.summaries:
+                self.summaries[key].deselected = n
+        return [s for key, s in self.summaries.items() if not under_test or key in under_test]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):
         """A worker died (segfault, heap corruption, or our hang watchdog) while running a kernel:
         turn its in-flight case into a verdict and a fixture; xdist replaces the worker."""
         message = crashed_case_verdict(self.config, report)
+        if not message:  # no case in flight: still the crash of this test, charged to its implementation
+            key = accounting.read(inflight_dir())[0].get(crashitem)
+            if key is not None:
+                message = {"op": key[0], "implementation": key[1], "message": (
+                    f"crashed while running {crashitem}, outside a kernel call (no case in flight: the kernel's "
+                    f"earlier calls may have corrupted the process, or tritonfuzz itself crashed)")}
         if message:
             report.longrepr = f"{report.longrepr}\n{message['message']}"
             report.user_properties.append(("tritonfuzz_crash", message))
@@ -508,9 +542,7 @@ class GateSummary:
         if not gate:
             return
         budget = config.getoption("gate_budget")
-        under_test = {(op, i.name) for op, loaded in config.stash[KERNELS].items()
-                      for lk in loaded for i in lk.implementations}
-        summaries = [s for key, s in self.summaries.items() if not under_test or key in under_test]
+        summaries = self.reported()
         terminalreporter.section("tritonfuzz verdict")
         for s in summaries:
             terminalreporter.write_line(render_table(s, budget))
