@@ -109,8 +109,7 @@ def describe_memory_error(error: BaseException) -> str:
     limit = process_limit()
     if limit is None:
         return ""
-    return (f" (this process may hold at most {fmt_bytes(limit)} of data: RLIMIT_DATA, set by --memory-limit; "
-            f"the allocation that failed would have passed it)")
+    return f" (this process may hold at most {fmt_bytes(limit)} of data: RLIMIT_DATA, set by --memory-limit)"
 
 
 def kernel_call_site(skip: tuple[str, ...]) -> str:
