@@ -34,9 +34,12 @@ from kernels.loader import KernelLoadError, bundled_implementations, load_kernel
 from oracles.differential import RunOptions, run_case  # noqa: E402
 from oracles.failures import (Failure, failure_exception, failure_message, failure_signature, minimized,  # noqa: E402
                               minimized_unsupported, record_fixture)
-from oracles.gate import ImplementationSummary, Tally, dumps, render_table, report_json  # noqa: E402
+from oracles import accounting  # noqa: E402
+from oracles.gate import ImplementationSummary, Tally, dumps, overall_verdict, render_table, report_json  # noqa: E402
 from oracles.inflight import (crashed_case_verdict, end_worker_after_device_fault, in_flight,  # noqa: E402
                               in_worker, inflight_dir)
+from oracles.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,  # noqa: E402
+                            limit_bytes, process_limit)
 from oracles.platform import suite_device  # noqa: E402
 from oracles.registry import OPS  # noqa: E402
 from oracles.verdict import FAIL as FAIL_STATUS  # noqa: E402
@@ -93,6 +96,10 @@ def pytest_addoption(parser):
     group.addoption("--case-timeout", type=float, default=300.0, metavar="SECONDS",
                     help="a single kernel call running longer is a hang: the case is saved as a fixture and "
                          "the worker process ends (default 300)")
+    group.addoption("--memory-limit", type=check_memory_limit_option, default=4.0, metavar="GIB",
+                    help="CPU tier: each test process may hold at most GIB GiB of data (RLIMIT_DATA), and a "
+                         "kernel's own CPU allocations in one call at most a quarter of that; past it the "
+                         "allocation fails and so does the case (default 4; 0: no limit)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -119,9 +126,12 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{op}: tests of the {op} op (select with -m {op})")
     config.addinivalue_line("markers", "gpu: needs a GPU (skipped under the CPU interpreter)")
     pin_xdist_worker_to_gpu()
+    if not GPU:  # before any kernel module is imported (oracles/memory.py: why not on a GPU)
+        apply_process_limit(limit_bytes(config.getoption("memory_limit")))
     # The run's temporary folder, made by the controller before xdist starts workers: they inherit
     # where to record in-flight cases and find the zip members the controller unpacked.
     workdir = inflight_dir(fresh=not hasattr(config, "workerinput")) / "kernels"
+    config.pluginmanager.register(accounting.CollectionRecorder(inflight_dir()), "tritonfuzz-collected")
     if not hasattr(config, "workerinput"):  # fixtures newer than this are not collected (tests/test_regressions.py)
         os.environ["_TRITONFUZZ_RUN_STARTED"] = repr(time.time())
     kernels = {}
@@ -200,6 +210,10 @@ def pytest_report_header(config):
     where = torch.cuda.get_device_name() if GPU else "CPU (Triton interpreter)"
     lines = [f"tritonfuzz: device {where}; TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')!r}; "
              f"hypothesis profile {settings._current_profile}"]
+    if not GPU:
+        limit, call = process_limit(), call_limit_bytes(config.getoption("memory_limit"))
+        lines.append(f"tritonfuzz: memory limit {fmt_bytes(limit) if limit else 'none'} a process, "
+                     f"{fmt_bytes(call) if call else 'none'} a kernel call (--memory-limit)")
     if INTERPRETED:
         from kernels.interpreter import bf16_arithmetic_is_exact
         lines.append(f"tritonfuzz: interpreter bf16 arithmetic exact: {bf16_arithmetic_is_exact()}")
@@ -264,7 +278,8 @@ def run_options(request) -> RunOptions:
     # run each case twice and compile for the AMD-class target.
     gate = settings._current_profile in ("gate", "fuzz", "fuzz-replay")
     return RunOptions(device=device(), judge_exact=request.config.getoption("judge_exact"),
-                      strict=strict(request.config), determinism=gate, portability=gate, sanitize=sanitize)
+                      strict=strict(request.config), determinism=gate, portability=gate, sanitize=sanitize,
+                      alloc_limit=call_limit_bytes(request.config.getoption("memory_limit")))
 
 
 # Which tally a test's verdicts go to (oracles/gate.py KINDS); every other property is "fuzz".
@@ -518,8 +533,10 @@ class GateSummary:
             s.elapsed_s += report.duration
             suite_only = report.failed and any(n == "tritonfuzz_suite_error" for n, _ in report.user_properties) \
                 and not any(n == "tritonfuzz_fixture" for n, _ in report.user_properties)
-            if report.failed and not suite_only:
+            if report.failed and not suite_only and report.when != "setup":  # a setup error: the suite's, below
                 s.tests_failed += 1
+            s.record_test(report.nodeid, report.when, report.outcome,
+                          accounting.not_run_reason(report) if report.skipped or report.failed else "")
             if report.skipped and TEST_KINDS.get(report.nodeid.split("::")[-1].split("[")[0]) == "judge":
                 s.judge_official["skipped"] += 1
         if report.when not in ("call", "???"):  # item properties repeat on every phase's report
@@ -542,13 +559,36 @@ class GateSummary:
 
     def pytest_sessionfinish(self, session):
         """--memcheck replays; exit code 1 when it finds an invalid access, 3 when the suite itself
-        failed and the kernels gave no failure of their own."""
+        failed and the kernels gave no failure of their own; in a gate, 5 (pytest's "no tests ran")
+        when an implementation's tests did not all run and pytest would have said 0."""
         self.memcheck_replays()
         summaries = self.summaries.values()
         if any(s.memcheck and s.memcheck["status"] == "fail" for s in summaries) and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if any(s.suite_errors for s in summaries) and not any(s.verdict == "FAIL" for s in summaries):
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        if self.config.stash[KERNELS]:
+            verdict = overall_verdict(self.reported())
+            if verdict == "ERROR":
+                session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            elif verdict in ("NOT RUN", "INCOMPLETE") and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+    def reported(self) -> list[ImplementationSummary]:
+        """The implementations the verdict is about (those under test, in a gate), each with every
+        test collected for it: those that never reported never started."""
+        under_test = {(op, i.name) for op, loaded in self.config.stash[KERNELS].items()
+                      for lk in loaded for i in lk.implementations}
+        for key in under_test:
+            self.summary(*key)
+        tests, deselected = accounting.read(inflight_dir())
+        for nodeid, key in tests.items():
+            if key in self.summaries:
+                self.summaries[key].collected.add(nodeid)
+        for key, n in deselected.items():
+            if key in self.summaries:
+                self.summaries[key].deselected = n
+        return [s for key, s in self.summaries.items() if not under_test or key in under_test]
 
     def memcheck_replays(self):
         config = self.config
@@ -571,6 +611,12 @@ class GateSummary:
         """A worker died (segfault, heap corruption, or our hang watchdog) while running a kernel:
         turn its in-flight case into a verdict and a fixture; xdist replaces the worker."""
         message = crashed_case_verdict(self.config, report)
+        if not message:  # no case in flight: still the crash of this test, charged to its implementation
+            key = accounting.read(inflight_dir())[0].get(crashitem)
+            if key is not None:
+                message = {"op": key[0], "implementation": key[1], "message": (
+                    f"crashed while running {crashitem}, outside a kernel call (no case in flight: the kernel's "
+                    f"earlier calls may have corrupted the process, or tritonfuzz itself crashed)")}
         if message:
             report.longrepr = f"{report.longrepr}\n{message['message']}"
             report.user_properties.append(("tritonfuzz_crash", message))
@@ -592,9 +638,7 @@ class GateSummary:
         if not gate:
             return
         budget = config.getoption("gate_budget")
-        under_test = {(op, i.name) for op, loaded in config.stash[KERNELS].items()
-                      for lk in loaded for i in lk.implementations}
-        summaries = [s for key, s in self.summaries.items() if not under_test or key in under_test]
+        summaries = self.reported()
         terminalreporter.section("tritonfuzz verdict")
         for s in summaries:
             terminalreporter.write_line(render_table(s, budget))

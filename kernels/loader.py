@@ -9,14 +9,17 @@ the argument and what was expected.
 
 from __future__ import annotations
 
+import _thread
 import hashlib
 import importlib.util
 import inspect
 import os
 import sys
 import tempfile
+import threading
 import zipfile
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -28,6 +31,7 @@ ZIP_MAX_BYTES = 10 * 1024 * 1024          # the judge's limit on a submission
 ZIP_MAX_MEMBERS = 256                     # entries of any kind
 ZIP_MAX_MEMBER_BYTES = 4 * 1024 * 1024    # unpacked, per member the judge reads (a kernel is source text)
 ZIP_MAX_TOTAL_BYTES = 16 * 1024 * 1024    # unpacked, all members the judge reads together
+PY_MAX_BYTES = ZIP_MAX_MEMBER_BYTES       # a .py given directly: the limit of a member
 
 
 class KernelLoadError(ValueError):
@@ -85,6 +89,7 @@ def load_kernel(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKe
     if path.is_dir():
         raise KernelLoadError(f"--kernel {op}={path}: is a directory; expected a .py module or a competition .zip")
     if path.suffix == ".py":
+        read_source(path, where=f"--kernel {op}={path}")
         return LoadedKernel(op, str(path), [load_module_implementation(op, path, name=path.name)])
     if path.suffix == ".zip":
         return load_zip(op, path, workdir=workdir)
@@ -109,6 +114,84 @@ def entry_point(op: str, module, *, where: str) -> Callable:
     return fn
 
 
+def read_source(path: Path, *, where: str) -> bytes:
+    """A .py module's bytes: a regular, readable file of at most PY_MAX_BYTES, UTF-8 as the judge
+    reads it (a FIFO would block the read, a device never end it)."""
+    if not path.is_file():
+        raise KernelLoadError(f"{where}: not a regular file; expected a .py module or a competition .zip")
+    try:
+        size = path.stat().st_size
+        if size > PY_MAX_BYTES:
+            raise KernelLoadError(f"{where}: {size} bytes; a kernel module may have at most {PY_MAX_BYTES}")
+        data = path.read_bytes()
+    except OSError as e:
+        raise KernelLoadError(f"{where}: cannot be read: {e.strerror or e}") from None
+    if len(data) > PY_MAX_BYTES:  # grew since stat
+        raise KernelLoadError(f"{where}: over {PY_MAX_BYTES} bytes; a kernel module may have at most {PY_MAX_BYTES}")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise KernelLoadError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                              f"the judge reads UTF-8 source") from None
+    return data
+
+
+_IMPORT_RULE = "a kernel module's import must start no thread, change no directory and end no process"
+
+
+class _RefusedAtImport(RuntimeError):
+    """Raised inside a kernel module's import by what it must not do there."""
+
+
+def _named(fn) -> str:
+    return repr(getattr(fn, "__qualname__", fn))
+
+
+@contextmanager
+def _import_guard(refused: list[str]):
+    """While a kernel module is imported (by this thread), what would outlive the import or move
+    the run under its feet is refused: starting a thread (a running thread keeps the process from
+    exiting), changing the working directory (every relative path of the run would move: fixtures,
+    the report) and os._exit (the process would end with the module's exit code, 0 included). Each
+    raises inside the module and is recorded in `refused` (a module that catches the error is
+    refused all the same). What gets past the patches (ctypes, a C extension) is found afterwards:
+    the directory is restored, and threads still running are recorded."""
+    me, active = threading.get_ident(), [True]
+    cwd = os.getcwd()
+    saved = {(threading.Thread, "start"): threading.Thread.start, (_thread, "start_new_thread"): _thread.start_new_thread,
+             (os, "chdir"): os.chdir, (os, "fchdir"): os.fchdir, (os, "_exit"): os._exit}
+
+    def refuse(owner, attr, what):
+        original = saved[(owner, attr)]
+
+        def wrapper(*args, **kwargs):
+            if not active[0] or threading.get_ident() != me:  # kept by the module for later, or another thread
+                return original(*args, **kwargs)
+            refused.append(f"tried to {what(*args)}, refused")
+            raise _RefusedAtImport(f"a kernel module must not {what(*args)} at import")
+        setattr(owner, attr, wrapper)
+
+    refuse(threading.Thread, "start", lambda t, *_: f"start a thread ({t.name!r}, running "
+                                                    f"{_named(getattr(t, '_target', None) or t.run)})")
+    refuse(_thread, "start_new_thread", lambda fn, *_: f"start a thread (running {_named(fn)})")
+    refuse(os, "chdir", lambda target, *_: f"change the working directory (to {target!r})")
+    refuse(os, "fchdir", lambda fd, *_: "change the working directory (os.fchdir)")
+    refuse(os, "_exit", lambda code, *_: f"end the process (os._exit({code!r}))")
+    before = set(threading.enumerate())
+    try:
+        yield
+    finally:
+        active[0] = False
+        for (owner, attr), original in saved.items():
+            setattr(owner, attr, original)
+        if os.getcwd() != cwd:
+            refused.append(f"changed the working directory to {os.getcwd()!r} (restored to {cwd!r})")
+            os.chdir(cwd)
+        started = [t for t in threading.enumerate() if t not in before]
+        if started:
+            refused.append(f"started threads that are still running ({', '.join(repr(t.name) for t in started)})")
+
+
 def load_module_implementation(op: str, path: Path, *, name: str) -> Implementation:
     digest = file_sha256(path)
     module_name = f"tritonfuzz_kernel_{digest[:12]}_{path.stem}"
@@ -118,12 +201,19 @@ def load_module_implementation(op: str, path: Path, *, name: str) -> Implementat
         raise KernelLoadError(f"{where}: cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # @triton.jit needs the module importable by name
+    refused: list[str] = []  # what the module did at import that it must not (_import_guard)
     try:
-        spec.loader.exec_module(module)
+        with _import_guard(refused):
+            spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:  # the kernel author's import error (or exit), reported as a usage error
         del sys.modules[module_name]
+        if refused:
+            raise KernelLoadError(f"{where}: at import the module {refused[0]}; {_IMPORT_RULE}") from None
         what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
         raise KernelLoadError(f"{where}: importing the module failed: {what}") from None
+    if refused:
+        del sys.modules[module_name]
+        raise KernelLoadError(f"{where}: at import the module {refused[0]}; {_IMPORT_RULE}")
     return Implementation(op, name, entry_point(op, module, where=where), path, digest)
 
 

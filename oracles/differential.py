@@ -10,9 +10,9 @@ the case's layout, inside guard bands, so that a kernel that writes into an inpu
 is caught (and cannot corrupt the reference's view). Only the kernel call runs inside the
 sanitizers' interception; the reference and the oracle run outside it.
 
-Checks, in the order they appear in a verdict: launch, red-zone, poison, inputs-unchanged (the
-sanitizers; inputs-unchanged also runs with sanitize=False), then the op's own checks (contract,
-specials, accuracy, judge, ...), then determinism when asked for.
+Checks, in the order they appear in a verdict: launch, red-zone, poison, inputs-unchanged,
+process-state (the sanitizers; the last two also run with sanitize=False), then the op's own
+checks (contract, specials, accuracy, judge, ...), then determinism when asked for.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from oracles.gpu_compile import GPU_COMPILE, gpu_compile_check
+from oracles.memory import DEFAULT_MEMORY_LIMIT_GIB, AllocationLimitError, call_limit_bytes, describe_memory_error
 from oracles.registry import get_op
 from oracles.sanitizers import (SANITIZER_CHECKS, determinism_check, inputs_unchanged_check, launch_check,
-                                memcheck_check, poison_check, red_zone_check, run_kernel)
+                                memcheck_check, poison_check, process_state_check, red_zone_check, run_kernel)
 from oracles.verdict import FAIL, PASS, UNSUPPORTED, UNTRUSTED, Check, Verdict
 from strategies.case import Case
 
@@ -39,6 +40,8 @@ class RunOptions:
     sanitize: bool = True      # red zones, poison, launch check around the kernel call
     determinism: bool = False  # run the case twice and demand the same bits (doubles the cost)
     portability: bool = False  # gpu-compile also for the AMD-class target (another compile per spec)
+    # bytes the kernel's own CPU allocations may total in one call (oracles/memory.py; None: no limit)
+    alloc_limit: int | None = call_limit_bytes(DEFAULT_MEMORY_LIMIT_GIB)
 
 
 def interpreter_active() -> bool:
@@ -86,14 +89,17 @@ def call_kernel(fn, inputs: dict) -> tuple:
 def raised_message(e: BaseException) -> str:
     frames = traceback.extract_tb(e.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    if isinstance(e, AllocationLimitError):  # raised by the sanitizers' interception: it names the kernel's line
+        where = ""
     text = " ".join(str(e).split())
     text = text if len(text) <= 500 else text[:500] + " ..."
-    return f"raised {type(e).__name__}: {text}{where} (on a valid case)"
+    return f"raised {type(e).__name__}: {text}{where}{describe_memory_error(e)} (on a valid case)"
 
 
 # Errors that are faults of the device or the process, never a kernel's deliberate refusal.
 _FAULT_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
-                  "CUDA error", "HIP error", "an illegal instruction", "out of memory")
+                  "CUDA error", "HIP error", "an illegal instruction", "out of memory",
+                  "can't allocate memory")  # torch's CPU allocator past the process's memory limit
 # Of those, the ones after which the CUDA context is unusable: every later CUDA call in the
 # process fails (an out-of-memory leaves the context alive).
 _CONTEXT_FAULT_MARKERS = ("illegal memory access", "misaligned address", "device-side assert",
@@ -176,7 +182,7 @@ def _harness_frame(filename: str) -> bool:
 def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
     oracle = get_op(op_name).oracle
     verdict = Verdict()
-    run = run_kernel(fn, case, options.device, sanitize=options.sanitize)
+    run = run_kernel(fn, case, options.device, sanitize=options.sanitize, alloc_limit=options.alloc_limit)
     names = oracle.OUTPUT_NAMES
     if device_fault(run.error):
         return device_fault_verdict(raised_message(run.error))
@@ -199,7 +205,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
             verdict.add(refusal_check(op_name, case, run.error, problem))
             if compiled is not None and compiled.status == FAIL:  # the compiler's reason, severity as above
                 verdict.add(compile_refusal(op_name, case, compiled))
-        for check in (red_zone_check(run, {}), memcheck_check(run), inputs_unchanged_check(run, case)):
+        for check in (red_zone_check(run, {}), memcheck_check(run), inputs_unchanged_check(run, case),
+                      process_state_check(run)):
             if check.status == FAIL:
                 verdict.add(check)
         return verdict
@@ -215,10 +222,11 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
             verdict.add(memcheck_check(run))
         verdict.add(poison_check(run, outputs, reference))
     verdict.add(inputs_unchanged_check(run, case))
+    verdict.add(process_state_check(run))
     for check in oracle.verdict_checks(case, outputs, reference, judge_exact=options.judge_exact):
         verdict.add(check)
     if options.determinism:
-        again = run_kernel(fn, case, options.device, sanitize=options.sanitize)
+        again = run_kernel(fn, case, options.device, sanitize=options.sanitize, alloc_limit=options.alloc_limit)
         if device_fault(again.error):
             return device_fault_verdict(f"on its second run: {raised_message(again.error)}")
         second = again.error if again.error is not None else dict(zip(names, again.outputs))

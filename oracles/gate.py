@@ -4,6 +4,12 @@ per implementation and an equivalent JSON report (schema: oracles/gate_report.sc
 Workers (pytest-xdist) tally what their tests saw and attach the tally to the test report;
 the controller merges tallies, crash reports, static findings and new fixtures per
 implementation. Everything here is plain data: JSON-able dicts, so it crosses process bounds.
+
+Every test of an implementation is accounted for: it ran (passed, failed or crashed), or it did
+not, and then the table and the report say why -- skipped (with pytest's reason), an error in
+its setup, deselected (-k, -m, --deselect), or never started (the run stopped first). An
+implementation none of whose tests ran is NOT RUN, one whose tests were cut short by the run
+stopping is INCOMPLETE: never PASS.
 """
 
 from __future__ import annotations
@@ -17,10 +23,16 @@ from oracles.verdict import FAIL, RISK, RISK_KINDS, RISK_MEANING, STATUSES, TIE,
 
 MAX_RISKS_PER_KIND = 3   # example messages kept per risk kind (all are counted)
 MAX_MESSAGE = 600        # characters of a risk or refusal message kept in the report
-REPORT_FORMAT = 2
+REPORT_FORMAT = 3
 
 # Where a tally comes from, by test: drawn cases, the judge's fixed cases, the fixture corpus.
 KINDS = ("fuzz", "judge", "fixture", "static")
+
+# Why a test of an implementation did not run (besides pytest's skip reasons and setup errors).
+DESELECTED = "deselected (-k, -m or --deselect)"
+NEVER_STARTED = "never started (the run stopped first: -x, --maxfail, an interrupt, or a crashed worker not replaced)"
+RAN = "ran"
+VERDICTS = ("PASS", "FAIL", "ERROR", "NOT RUN", "INCOMPLETE")
 
 
 @dataclass
@@ -87,6 +99,38 @@ class ImplementationSummary:
     suite_errors: list = field(default_factory=list)  # tritonfuzz's own errors: never a verdict on the kernel
     notes: list = field(default_factory=list)
     memcheck: dict | None = None  # --memcheck: the compute-sanitizer replay (oracles/compute_sanitizer.py)
+    tests: dict = field(default_factory=dict)       # test id -> RAN, or why it did not run (record_test)
+    collected: set = field(default_factory=set)     # test ids collected for it (oracles/accounting.py; empty: unknown)
+    deselected: int = 0
+
+    def record_test(self, nodeid: str, when: str, outcome: str, reason: str = "") -> None:
+        """One report of one of its tests: `when` setup / call / teardown / ??? (a crashed worker's);
+        `outcome` passed / failed / skipped; `reason` a skip's reason or an error's first line."""
+        if when == "???" or (when == "call" and outcome != "skipped"):
+            self.tests[nodeid] = RAN
+        elif outcome == "skipped" and when in ("setup", "call"):
+            self.tests[nodeid] = f"skipped: {reason}"
+        elif outcome == "failed" and when == "setup":
+            self.tests[nodeid] = f"error in setup: {reason}"
+
+    @property
+    def tests_ran(self) -> int:
+        return sum(v == RAN for v in self.tests.values())
+
+    def not_run(self) -> Counter:
+        """Why tests did not run, with how many: skip reasons, setup errors, deselection, and the
+        collected tests that never started."""
+        reasons = Counter(v for v in self.tests.values() if v != RAN)
+        if self.deselected:
+            reasons[DESELECTED] += self.deselected
+        never = len(self.collected - set(self.tests))
+        if never:
+            reasons[NEVER_STARTED] += never
+        return reasons
+
+    def _ran_anything(self) -> bool:
+        """A test ran, or cases were judged (a summary built from tallies alone)."""
+        return bool(self.tests_ran or any(sum(c.values()) for c in self.checks.values()))
 
     def merge_tally(self, tally: dict, *, passed: bool) -> None:
         self.examples[tally["kind"]] += tally["examples"]
@@ -115,10 +159,24 @@ class ImplementationSummary:
 
     @property
     def verdict(self) -> str:
+        """FAIL on any failure; else ERROR when the suite failed (its own error, a test's setup);
+        else NOT RUN when no test ran, INCOMPLETE when the run stopped before some; else PASS."""
         failed = self.tests_failed or self.crashes or any(c[FAIL] for c in self.checks.values()) or \
             any(f["severity"] == "error" for f in self.static_findings) or (self.strict and self.unsupported) or \
             (self.memcheck is not None and self.memcheck["status"] == "fail")
-        return "FAIL" if failed else "ERROR" if self.suite_errors else "PASS"
+        if failed:
+            return "FAIL"
+        if self.suite_errors or any(v.startswith("error in setup") for v in self.tests.values()):
+            return "ERROR"
+        if not self._ran_anything():
+            return "NOT RUN"
+        if self.collected - set(self.tests):
+            return "INCOMPLETE"
+        return "PASS"
+
+    def tests_json(self) -> dict:
+        return {"collected": len(self.collected | set(self.tests)) + self.deselected, "ran": self.tests_ran,
+                "not_run": [{"reason": r, "count": n} for r, n in self.not_run().most_common()]}
 
     def to_json(self, budget_s) -> dict:
         return {
@@ -137,6 +195,7 @@ class ImplementationSummary:
             "crashes": self.crashes,
             "suite_errors": self.suite_errors,
             "memcheck": self.memcheck,
+            "tests": self.tests_json(),
             "notes": self.all_notes(),
         }
 
@@ -151,6 +210,11 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
               else f" (within budget {budget_s:g} s)" if budget_s else "")
     lines.append(f"  examples: {fuzz} drawn{budget}, {s.examples.get('judge', 0)} judge cases, "
                  f"{s.examples.get('fixture', 0)} fixtures replayed")
+    tests = s.tests_json()
+    not_run = tests["not_run"]
+    lines.append(f"  tests: {tests['ran']} of {tests['collected']} ran"
+                 + (f"; {sum(e['count'] for e in not_run)} did not run:" if not_run else ""))
+    lines += [f"    {e['count']} {_short(e['reason'], 200)}" for e in not_run]
     j = s.judge_official
     ran = j["passed"] + j["failed"]
     judged = "FAIL" if j["failed"] else "PASS" if ran else "NOT RUN"
@@ -249,10 +313,19 @@ def report_json(summaries, *, device: str, profile: str, budget_s) -> dict:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "hypothesis_profile": profile,
-        "verdict": "fail" if any(s.verdict == "FAIL" for s in summaries) else
-                   "error" if any(s.verdict == "ERROR" for s in summaries) else "pass",
+        "verdict": overall_verdict(summaries).lower(),
         "implementations": [s.to_json(budget_s) for s in summaries],
     }
+
+
+def overall_verdict(summaries) -> str:
+    """The run's verdict: the first of FAIL, ERROR, NOT RUN, INCOMPLETE that any implementation
+    has, else PASS (no implementation at all: NOT RUN)."""
+    verdicts = {s.verdict for s in summaries}
+    for verdict in ("FAIL", "ERROR", "NOT RUN", "INCOMPLETE"):
+        if verdict in verdicts:
+            return verdict
+    return "PASS" if verdicts else "NOT RUN"
 
 
 def dumps(report: dict) -> str:

@@ -13,6 +13,11 @@
                       bits: a result that moves is a race or a read of unwritten memory.
     launch            at least one Triton kernel was launched during the call, unless every
                       output is empty (T = 0); the competition disqualifies torch fallbacks.
+    process-state     the call left the process as it found it: the same working directory
+                      (a changed one is restored; every relative path of the run would move)
+                      and no thread of its own still running (it would run on into later cases,
+                      and a non-daemon one keeps the worker from exiting). Idle workers of a
+                      concurrent.futures pool are not counted: they end with the process.
 
 Usage (oracles/differential.py does this; the reference and the oracle run outside)::
 
@@ -61,12 +66,18 @@ Interception (KernelScope) is scoped: a context manager that installs and always
   Autotuner.run): Triton allocates with torch too (the interpreter's new_empty, the autotuner's
   cache flush, scratch allocators), and those buffers are none of the kernel's business.
 Allocations outside the scope, and the reference and oracle computations, are untouched.
+
+The per-call memory limit (oracles/memory.py) is enforced here too: each of the kernel's own
+allocations on the CPU is sized on the meta device first, and the one that would take the
+call's total past `alloc_limit` bytes raises AllocationLimitError instead of allocating.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,10 +85,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from oracles.gpu_compile import launch_spec
+from oracles.memory import AllocationLimitError, fmt_bytes, kernel_call_site
 from oracles.verdict import FAIL, PASS, SKIP, Check, fmt, index_str, listed
 from strategies.case import Case, storage_span
 
-SANITIZER_CHECKS = ("launch", "red-zone", "poison", "inputs-unchanged", "determinism", "memcheck")
+SANITIZER_CHECKS = ("launch", "red-zone", "poison", "inputs-unchanged", "determinism", "memcheck", "process-state")
 
 GUARD_MIN_BYTES = 64 * 1024
 GUARD_MAX_BYTES = 16 * 1024 * 1024
@@ -106,6 +118,7 @@ _FILLED = {torch.zeros, torch.zeros_like, torch.ones, torch.ones_like, torch.ful
            torch.Tensor.new_zeros, torch.Tensor.new_ones, torch.Tensor.new_full}
 _METHODS = {torch.Tensor.new_empty, torch.Tensor.new_empty_strided, torch.Tensor.new_zeros,
             torch.Tensor.new_ones, torch.Tensor.new_full}
+_LIKE = {torch.empty_like, torch.zeros_like, torch.ones_like, torch.full_like}  # device of their first argument
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,13 +267,32 @@ class _AllocationMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        allocator = func in _POISONED or func in _FILLED
+        if allocator and not self.scope.paused:
+            self.scope.admit(func, args, kwargs)  # past the per-call limit: raises, nothing allocated
         result = func(*args, **kwargs)
-        if self.scope.paused or (func not in _POISONED and func not in _FILLED) or kwargs.get("out") is not None:
+        if self.scope.paused or not allocator or kwargs.get("out") is not None:
             return result
         try:
             return self.scope.guard_allocation(func, result, kwargs)
         except Exception as e:  # ours, not the kernel's: must not become the kernel's verdict
             raise SanitizerError(f"guarding the result of {func.__name__} failed: {type(e).__name__}: {e}") from e
+
+
+_SCOPE_FILES = (__file__,)
+
+
+def _allocates_on_cpu(func, args, kwargs) -> bool:
+    """Whether an allocator call would allocate on the CPU."""
+    device = kwargs.get("device")
+    if device is None and (func in _LIKE or func in _METHODS) and args and isinstance(args[0], torch.Tensor):
+        device = args[0].device
+    if device is None:
+        device = torch.get_default_device() if hasattr(torch, "get_default_device") else "cpu"
+    try:
+        return torch.device(device).type == "cpu"
+    except (RuntimeError, TypeError):
+        return False
 
 
 @dataclass
@@ -315,17 +347,41 @@ class MemoryMap:
 
 class KernelScope:
     """Context manager around the kernel call: guards allocations, counts Triton launches, and
-    always restores everything it patched (also when the kernel raises)."""
+    always restores everything it patched (also when the kernel raises). `alloc_limit`: bytes the
+    kernel's own CPU allocations may total during the call (None: no limit)."""
 
-    def __init__(self, memory: MemoryMap | None = None):
+    def __init__(self, memory: MemoryMap | None = None, *, alloc_limit: int | None = None):
         self.memory = memory if memory is not None else MemoryMap()
         self.launches: list[str] = []
         self.launch_specs: list = []  # interpreted launches, for the gpu-compile check (oracles/gpu_compile.py)
         self.allocations: list[Allocation] = []
+        self.alloc_limit = alloc_limit
+        self.allocated_bytes = 0  # the kernel's own CPU allocations so far, as requested (no guard bands)
         self.paused = 0
         self._stack: contextlib.ExitStack | None = None
 
     # -- allocations ---------------------------------------------------------------------------
+    def admit(self, func, args, kwargs) -> None:
+        """Size an allocation on the meta device before it is made; refuse the one that would take
+        the call's CPU allocations past the limit. An allocation the meta device cannot size is
+        left to the real call, which raises the same error itself."""
+        if self.alloc_limit is None or not _allocates_on_cpu(func, args, kwargs):
+            return
+        probe_kwargs = {k: v for k, v in kwargs.items() if k not in ("out", "pin_memory", "device")}
+        try:
+            probe = func(*args, device="meta", **probe_kwargs)
+            nbytes = probe.untyped_storage().nbytes()
+        except Exception:
+            return
+        if self.allocated_bytes + nbytes > self.alloc_limit:
+            name = f"Tensor.{func.__name__}" if func in _METHODS else f"torch.{func.__name__}"
+            raise AllocationLimitError(
+                f"{name}({list(probe.shape)}, {probe.dtype}){kernel_call_site(_SCOPE_FILES)} asks for "
+                f"{fmt_bytes(nbytes)} on the CPU during the kernel call, {fmt_bytes(self.allocated_bytes)} already "
+                f"allocated in this call: past the per-call limit of {fmt_bytes(self.alloc_limit)} "
+                f"(--memory-limit; refused, nothing allocated)")
+        self.allocated_bytes += nbytes
+
     def guard_allocation(self, func, result, kwargs) -> Any:
         if (not isinstance(result, torch.Tensor) or result.layout != torch.strided or result.requires_grad
                 or result.device.type == "meta" or kwargs.get("pin_memory") or result.is_quantized):
@@ -468,6 +524,7 @@ class KernelRun:
     launch_specs: list = field(default_factory=list)
     allocations: list[Allocation] = field(default_factory=list)
     memory: MemoryMap | None = None
+    process_changes: list[str] = field(default_factory=list)  # what the call left changed (process_state_check)
 
 
 def synchronize(device) -> None:
@@ -475,9 +532,10 @@ def synchronize(device) -> None:
         torch.cuda.synchronize()
 
 
-def run_kernel(fn, case: Case, device, *, sanitize: bool = True) -> KernelRun:
+def run_kernel(fn, case: Case, device, *, sanitize: bool = True, alloc_limit: int | None = None) -> KernelRun:
     """Call fn(**inputs) as the judge does (keyword arguments), on guarded copies of the case's
-    inputs, inside a KernelScope when `sanitize`. The kernel's exception is kept, not raised."""
+    inputs, inside a KernelScope when `sanitize` (its allocations on the CPU limited to
+    `alloc_limit` bytes). The kernel's exception is kept, not raised."""
     guarded = {name: guarded_copy(t, case.device_of(name, device), label=f"input {name}", guard=sanitize)
                for name, t in case.tensors().items()}
     args = {k: guarded[k].view if k in guarded else v for k, v in case.inputs.items()}
@@ -485,7 +543,8 @@ def run_kernel(fn, case: Case, device, *, sanitize: bool = True) -> KernelRun:
     memory = MemoryMap()
     for g in guarded.values():
         memory.add(g)
-    scope = KernelScope(memory) if sanitize else None
+    scope = KernelScope(memory, alloc_limit=alloc_limit) if sanitize else None
+    cwd, threads = os.getcwd(), set(threading.enumerate())
     try:
         with scope if scope is not None else contextlib.nullcontext():
             out = fn(**args)
@@ -497,14 +556,47 @@ def run_kernel(fn, case: Case, device, *, sanitize: bool = True) -> KernelRun:
         if isinstance(e.__cause__, SanitizerError) or isinstance(e.__context__, SanitizerError):
             raise
         run.error = e
+    finally:
+        run.process_changes = _process_changes(cwd, threads)
     if scope is not None:
         run.launches, run.allocations, run.launch_specs = scope.launches, scope.allocations, scope.launch_specs
         run.memory = scope.memory
     return run
 
 
+def _process_changes(cwd: str, threads: set) -> list[str]:
+    """What a call changed in the process: the working directory (restored here) and threads of
+    its own still running (idle concurrent.futures workers aside)."""
+    changes = []
+    try:
+        now = os.getcwd()
+    except OSError as e:  # the directory the call moved to was removed
+        now = f"unreadable ({e.strerror})"
+    if now != cwd:
+        os.chdir(cwd)
+        changes.append(f"changed the working directory to {now!r} (restored to {cwd!r})")
+    started = [t for t in threading.enumerate() if t not in threads and t.is_alive()
+               and getattr(getattr(t, "_target", None), "__module__", "") != "concurrent.futures.thread"]
+    if started:
+        names = ", ".join(f"{t.name!r}{' (daemon)' if t.daemon else ''}" for t in started[:5])
+        changes.append(f"left {len(started)} thread(s) of its own running after it returned: {names}")
+    return changes
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks
+
+
+PROCESS_STATE = "process-state"
+
+
+def process_state_check(run: KernelRun) -> Check:
+    if not run.process_changes:
+        return Check(PROCESS_STATE, PASS)
+    return Check(PROCESS_STATE, FAIL, "the call " + "; ".join(run.process_changes) + ". A kernel call must leave "
+                                      "the process as it found it: a thread runs on into later cases (and a "
+                                      "non-daemon one keeps the process from exiting), a changed directory moves "
+                                      "every relative path")
 
 
 MEMCHECK = "memcheck"
@@ -699,4 +791,4 @@ def determinism_check(first: dict[str, Any], second: dict[str, Any] | BaseExcept
 
 __all__ = ["SANITIZER_CHECKS", "Guarded", "KernelRun", "KernelScope", "SanitizerError", "determinism_check", "guarded_copy",
            "guarded_empty", "inputs_unchanged_check", "launch_check", "poison_check", "poison_pattern",
-           "red_zone_check", "run_kernel", "sentinel_pattern"]
+           "process_state_check", "red_zone_check", "run_kernel", "sentinel_pattern"]

@@ -28,6 +28,12 @@ PREVIEW_MAX_ELEMENTS = 64
 # size, whatever its strides, is bounded before anything is allocated. A stride-0 view of one
 # stored element can claim billions of elements: such a file once took a worker to 21.7 GB.
 MAX_TENSOR_ELEMENTS = 2 ** 27
+# All of a loaded case's tensors together, materialized: judging a case takes about 20 times its
+# bytes (guarded copies, the reference, the float64 oracle and its bounds: a 64 MiB hc_head case
+# peaked 1.4 GB above the process's baseline), so 128 MiB stays inside the 4 GiB a test process
+# may hold (oracles/memory.py). The judge's largest case a fixture file can hold (512 MB of
+# base64), hc_head at T = 2048, is 112 MiB.
+MAX_CASE_BYTES = 128 * 1024 * 1024
 
 DTYPES_BY_NAME = {
     "float32": torch.float32,
@@ -254,9 +260,18 @@ def case_from_json(obj: Any, *, where: str = "case") -> Case:
     inputs = obj["inputs"]
     if not isinstance(inputs, Mapping):
         raise CaseFormatError(f"{where}: 'inputs' must be an object")
+    values, total = {}, 0
+    for name, value in inputs.items():
+        values[name] = _input_from_json(name, value, where=where)
+        if isinstance(values[name], torch.Tensor):  # a view of the stored bytes: nothing materialized yet
+            t = values[name]
+            total += max(t.numel(), t.untyped_storage().nbytes() // t.element_size()) * t.element_size()
+            if total > MAX_CASE_BYTES:
+                raise CaseFormatError(f"{where}: the case's tensors hold {total} bytes once materialized by input "
+                                      f"{name!r}; a case may hold at most {MAX_CASE_BYTES} in all")
     return Case(
         op=str(obj["op"]),
-        inputs={name: _input_from_json(name, value, where=where) for name, value in inputs.items()},
+        inputs=values,
         features=frozenset(obj.get("features", ())),
         label=str(obj.get("label", "")),
         host_inputs=frozenset(obj.get("host_inputs", ())),

@@ -110,6 +110,42 @@ def test_a_pass_resting_on_untrusted_cases_says_so():
     assert "untrusted:" not in render_table(summary, 60) and not summary.to_json(60)["notes"]
 
 
+def test_tests_that_did_not_run_are_counted_with_their_reason_and_never_pass():
+    """The table and the report account for every test: ran, or why not. No test ran: NOT RUN;
+    the run stopped before some: INCOMPLETE; an error in a test's setup is the suite's: ERROR."""
+    from oracles.gate import DESELECTED, NEVER_STARTED, ImplementationSummary, render_table, report_json
+    nothing = ImplementationSummary("hc_head", "k.py", deselected=3)
+    assert nothing.verdict == "NOT RUN" and "tests: 0 of 3 ran; 3 did not run:" in render_table(nothing, None)
+    skipped = ImplementationSummary("hc_head", "k.py")
+    skipped.record_test("t::judge[big]", "setup", "passed")
+    skipped.record_test("t::judge[big]", "call", "skipped", "bench-size judge case: too slow")
+    assert skipped.verdict == "NOT RUN"
+
+    cut = ImplementationSummary("hc_head", "k.py", collected={"t::a", "t::b", "t::c"}, deselected=1)
+    cut.record_test("t::a", "call", "passed")
+    cut.record_test("t::b", "call", "skipped", "GPU only")
+    assert cut.verdict == "INCOMPLETE"
+    table = render_table(cut, None)
+    assert "k.py: INCOMPLETE" in table and "tests: 1 of 4 ran; 3 did not run:" in table
+    assert "    1 skipped: GPU only" in table and f"    1 {DESELECTED}" in table and f"    1 {NEVER_STARTED}" in table
+
+    setup = ImplementationSummary("hc_head", "k.py")
+    setup.record_test("t::a", "call", "passed")
+    setup.record_test("t::b", "setup", "failed", "RuntimeError: no device")
+    assert setup.verdict == "ERROR" and "1 error in setup: RuntimeError: no device" in render_table(setup, None)
+
+    ran = ImplementationSummary("hc_head", "k.py", collected={"t::a", "t::b"})
+    ran.record_test("t::a", "call", "passed")
+    ran.record_test("t::b", "???", "failed")  # a crashed worker's report: the test ran
+    assert ran.verdict == "PASS" and ran.tests_json() == {"collected": 2, "ran": 2, "not_run": []}
+
+    report = report_json([nothing, cut, setup, ran], device="cpu", profile="ci", budget_s=None)
+    jsonschema.validate(report, SCHEMA)
+    assert report["verdict"] == "error"
+    assert [i["verdict"] for i in report["implementations"]] == ["not run", "incomplete", "error", "pass"]
+    assert report_json([ran, nothing], device="cpu", profile="ci", budget_s=None)["verdict"] == "not run"
+
+
 # ---------------------------------------------------------------------------------------------
 # Severities end to end: unsupported passes (unless --strict), a refusal the judge meets fails, a
 # silent wrong answer outside the judge domain fails, and one run lists several distinct bugs.
@@ -306,3 +342,70 @@ def test_a_device_fault_is_a_verdict_and_the_gate_goes_on(tmp_path, workers):
         # 3 bench-size cases are GPU-only; the 3 others are not run on the lost context
         assert judged["failed"] == 1 and judged["skipped"] == 6 and judged["passed"] == 0, judged
         assert out.count("CUDA context is lost") >= 3, out[-3000:]
+
+
+ASKS_FOR_64_GIB = wrapped('''
+    scratch = torch.empty(8 * 2 ** 30, dtype=torch.float64)  # 64 GiB: more than the machine has
+''')
+PLANTED_FAULTS = textwrap.dedent('''
+    """Loaded with -p: an error in one test's setup, and a crash after another test ran, outside any
+    kernel call (heap corruption from an earlier call shows up that way)."""
+    import os
+
+
+    def pytest_runtest_setup(item):
+        if "hc_head_metax.py" in item.nodeid and "test_judge_cases" in item.nodeid and "T=1-" in item.nodeid:
+            raise RuntimeError("planted setup error")
+
+
+    def pytest_runtest_teardown(item, nextitem):
+        if "hc_head_metax.py" in item.nodeid and "test_static_rules" in item.nodeid:
+            os._exit(9)
+''')
+
+
+def test_every_test_is_accounted_for_and_a_memory_hog_fails_without_taking_the_run_down(tmp_path):
+    """One zip, three members, one gate run: a member that asks for 64 GiB fails its case with a
+    verdict naming the allocation and the limit, and the run goes on; a member whose test crashes
+    its worker outside any kernel call has the crash charged to it, and its test that errored in
+    setup counted with the error; a member whose tests were all deselected is NOT RUN."""
+    archive = tmp_path / "sub.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("hc_head.py", ASKS_FOR_64_GIB)
+        z.write(HC_HEAD, "hc_head_metax.py")
+        z.write(HC_HEAD, "hc_head_ascend.py")
+    (tmp_path / "planted_faults.py").write_text(PLANTED_FAULTS)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "planted_faults", f"--kernel=hc_head={archive}",
+                           "--hypothesis-profile", "ci", "--gate-report", str(report), "--minimize-budget", "1",
+                           f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
+                           "tests/test_hc_head.py", "tests/test_static_scan.py",
+                           "-k", "(judge_cases and 128 or static_rules) and not ascend"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    out = done.stdout + done.stderr
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, SCHEMA)
+    impls = {i["implementation"].split(":")[1]: i for i in data["implementations"]}
+    assert done.returncode == 1 and "INTERNALERROR" not in out, out[-3000:]
+    assert {name: i["verdict"] for name, i in impls.items()} == \
+        {"hc_head.py": "fail", "hc_head_metax.py": "fail", "hc_head_ascend.py": "not run"}, out[-3000:]
+
+    hog = impls["hc_head.py"]
+    assert hog["checks"]["contract"]["fail"] >= 1 and hog["tests"]["ran"] == 2
+    assert "AllocationLimitError: torch.empty([8589934592], torch.float64) at hc_head.py:" in out
+    assert "68719476736 bytes (64.0 GiB)" in out and "past the per-call limit of 1073741824 bytes (1.0 GiB)" in out
+
+    crashed = impls["hc_head_metax.py"]
+    (crash,) = crashed["crashes"]
+    assert crash.startswith("crashed while running tests/test_static_scan.py::test_static_rules[") and \
+        "outside a kernel call" in crash, crash
+    not_run = {e["reason"]: e["count"] for e in crashed["tests"]["not_run"]}
+    assert crashed["tests"]["ran"] == 1 and not_run == {
+        "error in setup: RuntimeError: planted setup error": 1,
+        "skipped: bench-size judge case: too slow under the CPU interpreter; runs natively on a GPU": 1,
+        "deselected (-k, -m or --deselect)": 7}, not_run  # the property, 5 judge cases, beyond-2^31
+
+    assert impls["hc_head_ascend.py"]["tests"] == {
+        "collected": 10, "ran": 0, "not_run": [{"reason": "deselected (-k, -m or --deselect)", "count": 10}]}
+    assert "hc_head / sub.zip:hc_head_ascend.py: NOT RUN" in out and ": PASS" not in out
