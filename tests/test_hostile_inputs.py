@@ -271,6 +271,16 @@ def test_the_gate_reports_it_in_one_line_with_exit_code_4_and_leaves_no_temporar
     assert not [p for p in scratch.iterdir() if p.name.startswith("tritonfuzz-")], list(scratch.iterdir())
 
 
+def test_a_wrong_selection_expression_in_a_gate_is_a_usage_error_not_an_internal_error(tmp_path):
+    """A gate runs in xdist workers, and only workers parse -k: the controller checks it first."""
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={ROOT / 'kernels' / 'hc_head.py'}",
+                           "-p", "no:cacheprovider", "-q", "tests/test_static_scan.py", "-k", "judge and T=1-"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "INTERNALERROR" not in done.stdout + done.stderr
+    assert "Wrong expression passed to '-k': judge and T=1-" in done.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernel calls: memory and the process
 
