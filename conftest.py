@@ -114,6 +114,17 @@ def pytest_cmdline_main(config):
     # every call would then leave most of the gate unrun. A gate replaces every crashed worker.
     if config.getoption("kernel") and getattr(config.option, "maxworkerrestart", "unset") is None:
         config.option.maxworkerrestart = 1_000_000
+    # Under xdist only the workers parse -k and -m: a wrong expression would be the controller's
+    # INTERNALERROR. Parsed here first, as pytest parses it, it is a one-line usage error (exit 4).
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        try:
+            from _pytest.mark import _parse_expression
+        except ImportError:  # moved in another pytest: the workers still report it, less readably
+            return
+        for option, flag in (("keyword", "-k"), ("markexpr", "-m")):
+            expression = (config.getoption(option, "") or "").lstrip()
+            if expression:
+                _parse_expression(expression, f"Wrong expression passed to '{flag}'")
 
 
 def pytest_configure(config):

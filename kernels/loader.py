@@ -158,8 +158,8 @@ def _import_guard(refused: list[str]):
     the directory is restored, and threads still running are recorded."""
     me, active = threading.get_ident(), [True]
     cwd = os.getcwd()
-    saved = {(threading.Thread, "start"): threading.Thread.start, (_thread, "start_new_thread"): _thread.start_new_thread,
-             (os, "chdir"): os.chdir, (os, "fchdir"): os.fchdir, (os, "_exit"): os._exit}
+    saved = {(owner, attr): getattr(owner, attr) for owner, attr in (
+        (threading.Thread, "start"), (_thread, "start_new_thread"), (os, "chdir"), (os, "fchdir"), (os, "_exit"))}
 
     def refuse(owner, attr, what):
         original = saved[(owner, attr)]

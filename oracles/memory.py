@@ -17,8 +17,10 @@ Two limits, both set by `--memory-limit GIB` (default 4; 0 turns both off):
               the case fails with that message (`contract`: a fault, inside or outside the
               judge domain) and the run goes on.
 
-The process limit is set on the CPU tier only: the CUDA driver maps large private ranges that
-RLIMIT_DATA would count. It is a soft limit, so a test process can still raise it (a nested
+The process limit is RLIMIT_DATA, not RLIMIT_AS: address space counts what torch, Triton and
+the thread stacks reserve without using (a process that judged two small hc_head cases had
+0.3 GB of data and a 2.4 GB peak of address space). It is set on the CPU tier only: the CUDA
+driver maps large private ranges that RLIMIT_DATA would count. It is a soft limit, so a test process can still raise it (a nested
 pytest run with a larger --memory-limit does). Triton's interpreter computes in numpy: its
 arrays count toward the process limit, not the per-call one (they are the interpreter's, sized
 by the kernel's block shapes, which Triton bounds).

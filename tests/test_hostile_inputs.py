@@ -245,7 +245,8 @@ def test_a_non_utf8_module_is_a_usage_error_even_with_a_coding_line(tmp_path):
 def test_an_oversized_or_unreadable_module_is_a_usage_error(tmp_path, monkeypatch):
     big = tmp_path / "big.py"
     big.write_bytes(ENTRY.encode() + b"#" * PY_MAX_BYTES)
-    with pytest.raises(KernelLoadError, match=rf"big.py: {PY_MAX_BYTES + len(ENTRY)} bytes; a kernel module may have at most"):
+    size = PY_MAX_BYTES + len(ENTRY)
+    with pytest.raises(KernelLoadError, match=rf"big.py: {size} bytes; a kernel module may have at most"):
         load_kernel("hc_head", big)
     locked = tmp_path / "locked.py"
     locked.write_text(ENTRY)
@@ -269,6 +270,16 @@ def test_the_gate_reports_it_in_one_line_with_exit_code_4_and_leaves_no_temporar
     assert "INTERNALERROR" not in done.stdout + done.stderr
     assert "called sys.exit(7)" in done.stderr
     assert not [p for p in scratch.iterdir() if p.name.startswith("tritonfuzz-")], list(scratch.iterdir())
+
+
+def test_a_wrong_selection_expression_in_a_gate_is_a_usage_error_not_an_internal_error(tmp_path):
+    """A gate runs in xdist workers, and only workers parse -k: the controller checks it first."""
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={ROOT / 'kernels' / 'hc_head.py'}",
+                           "-p", "no:cacheprovider", "-q", "tests/test_static_scan.py", "-k", "judge and T=1-"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "INTERNALERROR" not in done.stdout + done.stderr
+    assert "Wrong expression passed to '-k': judge and T=1-" in done.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,8 +309,9 @@ def test_an_allocation_past_the_per_call_limit_fails_its_case_and_the_run_goes_o
     verdict = run_case("hc_head", asks_for_64_gib, case, RunOptions())
     contract = verdict.check("contract")
     assert contract.status == FAIL, verdict.render()
-    assert "AllocationLimitError: torch.empty([8589934592], torch.float64) at test_hostile_inputs.py:" in contract.message
-    assert "68719476736 bytes (64.0 GiB)" in contract.message and "per-call limit of 1073741824 bytes" in contract.message
+    message = contract.message
+    assert "AllocationLimitError: torch.empty([8589934592], torch.float64) at test_hostile_inputs.py:" in message
+    assert "68719476736 bytes (64.0 GiB)" in message and "per-call limit of 1073741824 bytes" in message
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 256 * 1024  # KiB: nothing was allocated
     assert run_case("hc_head", bundled_hc_head, case, RunOptions()).check("contract").status == PASS
 
