@@ -47,7 +47,6 @@ torch.topk itself returns -0.0 and +0.0 in either order among tied zeros).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -220,7 +219,7 @@ def tie_description(kernel_row: torch.Tensor, reference_row: torch.Tensor, o: Or
         a, b = int(kernel_row[j]), int(reference_row[j])
         if bool(o.nan[m, a]) and bool(o.nan[m, b]):
             kind = "both NaN"
-        elif float(o.x[m, a]) == 0.0 and math.copysign(1.0, float(o.x[m, a])) != math.copysign(1.0, float(o.x[m, b])):
+        elif float(o.x[m, a]) == 0.0 and bool(torch.signbit(o.x[m, a]) != torch.signbit(o.x[m, b])):
             kind = "-0.0 == +0.0"
         else:
             kind = "equal values"

@@ -49,12 +49,13 @@ VALUE_KINDS = (
 # (the shrink target).
 KIND_DRAWS = ("judge", "randn", "integers", "negative", "judge", "randn", "constant", "zeros", "neg_inf")
 
-# Special values put at drawn positions, each a bit pattern in x's dtype (special_tensor).
 # What each row gets (one each, see _gate_topk_cases), "none" first: the shrink target.
 ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "floor", "run", "all_equal")
+# NaNs torch.topk ranks first alike: canonical, sign set, with a payload bit.
 NANS = ("nan", "-nan", "nan_payload")
 # Values a kernel may use as a sentinel (a retired lane, a padding lane), for the row floors.
 FLOORS = ("-inf", "-max", "0.0", "-0.0")
+# Special values put at drawn positions, each a bit pattern in x's dtype (special_tensor).
 SPECIALS = ("nan", "-nan", "nan_payload", "inf", "-inf", "-0.0", "0.0", "subnormal", "-subnormal", "max", "-max")
 
 
@@ -276,15 +277,12 @@ def case_features(x: torch.Tensor, k: int) -> set[str]:
     if N > 1 and bool((xd == xd[:, :1]).all(-1).any()):
         features.add("all_equal")
     s = torch.sort(xd, dim=-1, descending=True, stable=True).values
-    key = torch.where(s.isnan(), torch.full_like(s, math.inf), s)  # NaN ties NaN, above +inf for this purpose
-    same_next = key[:, 1:] == key[:, :-1]
-    top = same_next[:, :max(k - 1, 0)]
-    if bool(top.any()):
+    # [M, N - 1]: rank r ties rank r + 1 (equal values, -0.0 == +0.0, or both NaN)
+    same_next = (s[:, 1:] == s[:, :-1]) | (s[:, 1:].isnan() & s[:, :-1].isnan())
+    if bool(same_next[:, :k].any()):          # a tie touching the top k (inside it or across its boundary)
         features.add("ties")
     if k < N and bool(same_next[:, k - 1].any()):
         features.add("boundary_tie")
-    if k < N and bool(same_next[:, :k].any()):
-        features.add("ties")
     finite_pair = s[:, 1:].isfinite() & s[:, :-1].isfinite()
     if x.dtype == torch.float32:
         up = torch.nextafter(s[:, 1:].float(), torch.full_like(s[:, 1:], math.inf, dtype=torch.float32)).double()
@@ -377,5 +375,5 @@ def _column_subsets(N):
                 yield [e for e in range(N) if e != drop]
 
 
-__all__ = ["gate_topk_cases", "judge_cases", "model_cases", "bench_cases", "smaller_cases", "special_tensor", "next_in_dtype", "SIZES", "JUDGE_CASES",
-           "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
+__all__ = ["gate_topk_cases", "judge_cases", "model_cases", "bench_cases", "smaller_cases", "special_tensor",
+           "next_in_dtype", "SIZES", "JUDGE_CASES", "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]

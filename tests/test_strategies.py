@@ -364,7 +364,8 @@ def test_gate_topk_judge_cases_are_the_judges():
     assert len(cases) == 14 and [gt_shape(c) for c in cases] == [(m, n, k) for m, n, k, _ in GT_JUDGE_CASES]
     assert GT_JUDGE_CASES[:4] == ((1, 256, 8, 0), (37, 128, 4, 1), (512, 64, 1, 2), (128, 384, 32, 3))
     g = torch.Generator(device="cpu").manual_seed(1)
-    assert torch.equal(cases[1].inputs["x"], torch.randperm(37 * 128, generator=g).reshape(37, 128).float() / (37 * 128))
+    x = torch.randperm(37 * 128, generator=g).reshape(37, 128).float() / (37 * 128)
+    assert torch.equal(cases[1].inputs["x"], x)
     for case in cases:
         x = case.inputs["x"]
         M, N = x.shape

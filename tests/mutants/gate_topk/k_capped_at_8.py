@@ -164,15 +164,16 @@ def rows_config(M, N, max_tile=_ROWS_MAX_TILE):
 
     A row is N_PAD lanes; BLOCK_M rows fill up to max_tile lanes of tile (never more rows than
     M: M = 1 is a [1, N_PAD] tile), so the judge's N = 64..384 rows come 32..4 to a program and
-    each program's k steps serve several rows. Triton lays a 2-D tile out with the threads of a
-    warp along the row and the warps across rows, so with at most BLOCK_M warps every reduction
-    of a step stays inside one warp (shuffles, no shared-memory round trip or barrier); a row
-    wider than a warp's 32 x 4 lanes is held several lanes a thread. Chosen by that reasoning,
-    not measured on a GPU: kernels/bench.py times it.
+    each program's k steps serve several rows. One warp per 512 lanes of tile (16 lanes a
+    thread for each of the tile, its keys and its ranks), at most 8. Triton lays a 2-D tile out
+    with the threads of a warp along the row and the warps across rows, so while BLOCK_M >=
+    num_warps every reduction of a step stays inside one warp (shuffles, no shared-memory round
+    trip or barrier); a single wide row (N_PAD >= 1024, M = 1) spreads over warps instead of
+    spilling registers. Chosen by that reasoning, not measured on a GPU: kernels/bench.py times it.
     """
     N_PAD = _next_pow2(max(N, 1))
     BLOCK_M = max(1, min(_next_pow2(max(M, 1)), max_tile // N_PAD))
-    num_warps = max(1, min(4, BLOCK_M, N_PAD // 128))
+    num_warps = max(1, min(8, BLOCK_M * N_PAD // 512))
     return BLOCK_M, N_PAD, num_warps
 
 
