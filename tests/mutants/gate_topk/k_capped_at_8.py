@@ -25,14 +25,14 @@ Two designs of the same function (both fuzzed, see IMPLEMENTATIONS at the end):
 
 - `gate_topk_rows` (`gate_topk` up to N = 2048): BLOCK_M rows a program as a [BLOCK_M, N_PAD]
   tile, each row's whole width in registers; k steps of (max, then min column) along the rows.
-- `gate_topk_streaming` (`gate_topk` beyond): one row a program, the columns in chunks of
-  BLOCK_N; a running top k (K_PAD slots of key and column) is merged with each chunk whose best
-  key beats the running k-th; the values are gathered from x at the end. Its registers do not
-  grow with N.
+- `gate_topk_streaming` (`gate_topk` beyond): BLOCK_M rows a program, the columns in chunks of
+  BLOCK_N; each row's running top k (K_PAD slots of key and column) is merged with a chunk when
+  the chunk's best key beats some row's running k-th; the values are gathered from x at the
+  end. Its registers do not grow with N.
 
 Only tl.max, tl.min, tl.where, loads and stores: no tl.sort, tl.topk or tl.argmax (Kunlunxin's
-Triton has no tl.topk, and competitors' notes ban tl.sort and tl.argmax there), no atomics, no
-int64 vectors inside a row.
+Triton has no tl.topk, and competitors' notes ban tl.sort and tl.argmax there), no atomics;
+int64 only for block bases (and for row offsets inside a block when they pass 2^31).
 """
 
 import numbers
