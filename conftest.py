@@ -28,7 +28,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, Phase, settings, target  # noqa: E402
-from hypothesis.control import currently_in_test_context  # noqa: E402
+from hypothesis.control import current_build_context, currently_in_test_context  # noqa: E402
 
 from kernels.loader import KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option  # noqa: E402
 from oracles.differential import RunOptions, run_case  # noqa: E402
@@ -399,7 +399,7 @@ class Fuzz:
                                               verdict.render())
             LOST_DEVICE.append(f"{implementation.name} faulted the GPU in {self.node.nodeid} on case {case.summary()}")
         margin = verdict.accuracy_margin()
-        if margin is not None and currently_in_test_context():  # judge cases and fixtures are not drawn
+        if margin is not None and climbing_targets():
             target(margin)  # unlabelled: HypoFuzz buckets it by powers of two, a behavior per bucket
         if verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict):
             failure = Failure(case, implementation, verdict, self.options)
@@ -439,6 +439,16 @@ class Fuzz:
             print(f"[tritonfuzz] {self.tally.op}/{self.tally.implementation} {self.node.name}: "
                   f"{self.tally.examples} examples, {failures} failing checks, {now - self.started:.0f} s",
                   file=sys.__stderr__, flush=True)
+
+
+def climbing_targets() -> bool:
+    """Inside a drawn case (the judge's cases and fixtures are not) whose settings climb targets:
+    soak and the engine's. Elsewhere target() is not called at all: with a database, Hypothesis
+    would keep a Pareto front of the margin, drawing on the same random stream as the cases."""
+    if not currently_in_test_context():
+        return False
+    test = getattr(current_build_context(), "wrapped_test", None)
+    return Phase.target in (getattr(test, "_hypothesis_internal_use_settings", None) or settings.default).phases
 
 
 @pytest.fixture

@@ -283,10 +283,13 @@ def require_hypofuzz() -> None:
 
 
 def engine_pytest_args(args, *, profile: str = "fuzz") -> list[str]:
-    """What every pytest run of the engine gets: this plugin and its profile, no xdist (HypoFuzz
-    has its own workers), the options of the tiers, and the op properties unless PYTEST_ARGS
-    name tests."""
-    out = ["-p", "oracles.engine", "-p", "no:xdist", "-p", "no:cacheprovider", f"--hypothesis-profile={profile}"]
+    """What every pytest run of the engine gets: this plugin and its profile, the options of the
+    tiers, and the op properties unless PYTEST_ARGS name tests. HypoFuzz collects without xdist
+    (it has its own workers; with --kernel, conftest would hand the collection to one); the
+    replay runs in one xdist worker, as a gate does, so that a kernel killing its process on a
+    shrink candidate gets its crash fixture and the other replays still run."""
+    xdist = ["-n", "1"] if profile == "fuzz-replay" else ["-p", "no:xdist"]
+    out = ["-p", "oracles.engine", *xdist, "-p", "no:cacheprovider", f"--hypothesis-profile={profile}"]
     for value in args.kernel:  # absolute: the children run in the repository, wherever the engine was started
         op, _, path = value.partition("=")
         out.append(f"--kernel={op}={Path(path).resolve()}")
