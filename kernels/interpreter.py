@@ -438,12 +438,8 @@ def enable_autotuning() -> None:
     raise ValueError as the stock one does. Idempotent; a triton without the Autotuner internals
     this relies on is left alone.
     """
-    try:
-        from triton.runtime.autotuner import Autotuner
-    except ImportError:
-        return
-    stock = getattr(Autotuner, "_bench", None)
-    if stock is None or getattr(stock, _PATCH_MARK, False):
+    Autotuner, stock = _unpatched_autotuner()
+    if Autotuner is None:
         return
 
     def _bench(self, *args, config, **meta):
@@ -457,6 +453,18 @@ def enable_autotuning() -> None:
     setattr(_bench, _PATCH_MARK, True)
     Autotuner._tritonfuzz_stock_bench = stock  # kept for tests/test_interpreter.py's twin
     Autotuner._bench = _bench
+
+
+def _unpatched_autotuner():
+    """(Autotuner, its stock _bench), or (None, None) when there is none or it is patched already."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return None, None
+    stock = getattr(Autotuner, "_bench", None)
+    if stock is None or getattr(stock, _PATCH_MARK, False):
+        return None, None
+    return Autotuner, stock
 
 
 def _pseudo_time(tuner, args, meta, config) -> float:
@@ -479,12 +487,8 @@ def sample_autotuning_on_gpu() -> None:
     holds). Each config's run writes into the case's guarded buffers, so an out-of-bounds config
     is caught even when the tuner would not have picked it. Idempotent.
     """
-    try:
-        from triton.runtime.autotuner import Autotuner
-    except ImportError:
-        return
-    stock = getattr(Autotuner, "_bench", None)
-    if stock is None or getattr(stock, _PATCH_MARK, False):
+    Autotuner, stock = _unpatched_autotuner()
+    if Autotuner is None:
         return
 
     def _bench(self, *args, config, **meta):
