@@ -195,7 +195,7 @@ def test_severities_in_one_gate_run(tmp_path):
         z.writestr("hc_head_metax.py", REFUSES_HC_MULT_2)
         z.writestr("hc_head_ascend.py", WRONG_IN_FLOAT16)
         z.writestr("hc_head_enflame.py", TWO_BUGS)
-    code, report, out = gate(tmp_path, f"hc_head={archive}", budget=300)  # examples bound it (ci: 20), not time
+    code, report, out = gate(tmp_path, f"hc_head={archive}", budget=40)  # 3x what it needs on an idle CI machine; 12 s missed bugs under load
     assert code != 0
     jsonschema.validate(report, SCHEMA)
     impls = {i["implementation"].split(":")[1]: i for i in report["implementations"]}
