@@ -307,7 +307,13 @@ def engine_pytest_args(args, *, profile: str = "fuzz") -> list[str]:
 
 
 def child_env(args, **extra) -> dict:
-    env = dict(os.environ, **{DATABASE_ENV: args.database}, **extra)
+    # Each child is a pytest run of its own, never an xdist worker of the run that started the
+    # engine (its tests do, under pytest -n): an inherited PYTEST_XDIST_WORKER made a HypoFuzz
+    # worker record in-flight cases in a folder its own collection had already removed, and
+    # every case failed with FileNotFoundError.
+    inherited = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("PYTEST_XDIST_", "_TRITONFUZZ_")) and k != "PYTEST_CURRENT_TEST"}
+    env = dict(inherited, **{DATABASE_ENV: args.database}, **extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
