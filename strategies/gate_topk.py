@@ -318,7 +318,7 @@ BENCH_M, BENCH_LARGE_M, BENCH_N, BENCH_K = (1, 8, 64, 512, 4096), (65536,), 256,
 def bench_inputs(m: int, k: int, device) -> dict:
     """The official bench's inputs: a CPU generator seeded 0 (not the test's 9), x = randperm(m n)
     / (m n) as float32 moved to the device; the bench declares bf16 but its input function ignores
-    the dtype. It calls gate_topk(x, k=k); these are passed by keyword like every call here."""
+    the dtype, and yields (x, {"k": k}); kernels/bench.py passes both by keyword like every call."""
     g = torch.Generator(device="cpu").manual_seed(0)
     x = (torch.randperm(m * BENCH_N, generator=g).reshape(m, BENCH_N).float() / (m * BENCH_N)).to(device)
     return {"x": x.contiguous(), "k": k}
