@@ -96,15 +96,14 @@ def raised_message(e: BaseException) -> str:
     return f"raised {type(e).__name__}: {text}{where}{describe_memory_error(e)} (on a valid case)"
 
 
-# Errors that are faults of the device or the process, never a kernel's deliberate refusal.
-_FAULT_MARKERS = ("illegal memory access", "misaligned address", "device-side assert", "unspecified launch failure",
-                  "CUDA error", "HIP error", "an illegal instruction", "out of memory",
-                  "can't allocate memory")  # torch's CPU allocator past the process's memory limit
-# Of those, the ones after which the CUDA context is unusable: every later CUDA call in the
-# process fails (an out-of-memory leaves the context alive).
+# Faults after which the CUDA context is unusable: every later CUDA call in the process fails.
 _CONTEXT_FAULT_MARKERS = ("illegal memory access", "misaligned address", "device-side assert",
                           "unspecified launch failure", "an illegal instruction", "illegal address",
                           "hardware exception", "warp out-of-range", "invalid program counter")
+# Errors that are faults of the device or the process, never a kernel's deliberate refusal: those
+# above, and errors the process survives (an out-of-memory, torch's CPU allocator past the
+# process's memory limit).
+_FAULT_MARKERS = _CONTEXT_FAULT_MARKERS + ("CUDA error", "HIP error", "out of memory", "can't allocate memory")
 DEVICE_FAULT = "device-fault"
 
 
