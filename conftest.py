@@ -54,13 +54,17 @@ _QUIET = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck
 # Properties report their accuracy margin with hypothesis.target() (Fuzz.record). Hill-climbing it
 # is for long runs (soak, HypoFuzz): ci, dev and gate draw exactly what they drew before.
 _NO_TARGET = [p for p in Phase if p is not Phase.target]
-settings.register_profile("ci", derandomize=True, max_examples=20, deadline=None, database=None,
+# Every profile derives from Hypothesis's own default, not from whatever is loaded now: with CI set
+# in the environment Hypothesis loads its built-in derandomized "ci" profile at import, and a child
+# of that would derandomize soak and the HypoFuzz engine's profile too (HypoFuzz refuses such tests).
+_BASE = settings.get_profile("default")
+settings.register_profile("ci", parent=_BASE, derandomize=True, max_examples=20, deadline=None, database=None,
                           print_blob=True, suppress_health_check=_QUIET, phases=_NO_TARGET)
-settings.register_profile("dev", max_examples=40, deadline=None, print_blob=True, suppress_health_check=_QUIET,
+settings.register_profile("dev", parent=_BASE, max_examples=40, deadline=None, print_blob=True, suppress_health_check=_QUIET,
                           phases=_NO_TARGET)
-settings.register_profile("gate", max_examples=400, deadline=None, print_blob=True, suppress_health_check=_QUIET,
+settings.register_profile("gate", parent=_BASE, max_examples=400, deadline=None, print_blob=True, suppress_health_check=_QUIET,
                           phases=_NO_TARGET)
-settings.register_profile("soak", max_examples=5000, deadline=None, print_blob=True, suppress_health_check=_QUIET)
+settings.register_profile("soak", parent=_BASE, max_examples=5000, deadline=None, print_blob=True, suppress_health_check=_QUIET)
 settings.load_profile("dev")
 
 KERNELS = pytest.StashKey[dict]()          # op -> list[LoadedKernel] from --kernel

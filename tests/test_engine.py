@@ -214,3 +214,16 @@ def test_fuzz_targets_the_margin_where_the_settings_climb(phases, targeted, fuzz
     for margin, observed in seen:
         assert observed == ({"": margin} if targeted and margin is not None else {}), seen
     assert fuzz.check(judge_cases("cpu")[0], impl).accuracy_margin() is not None
+
+
+@pytest.mark.parametrize("ci_env", ["true", None])
+def test_long_run_profiles_stay_random_whatever_the_environment(ci_env):
+    """With CI set, Hypothesis loads its derandomized built-in "ci" profile at import; profiles
+    registered under it inherited derandomize=True, and HypoFuzz then refused every test
+    ('sets_derandomize') so the engine fuzzed nothing. Only our own ci profile is derandomized."""
+    probe = ("import conftest; from hypothesis import settings; "
+             "print({p: settings.get_profile(p).derandomize for p in ('ci', 'dev', 'gate', 'soak')})")
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci_env} if ci_env else {})
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == str({"ci": True, "dev": False, "gate": False, "soak": False})
