@@ -560,7 +560,7 @@ def per_token_config(T, hc_mult, hidden):
 
 def two_launch_config(T, hc_mult, hidden, *, sub=None, target_programs=_TARGET_PROGRAMS):
     """Launch configuration of hc_head_two_launch, from the shape alone (the CPU interpreter runs
-    the code paths a GPU runs). sub and target_programs override the defaults (kernels/bench.py
+    the code paths a GPU runs). sub and target_programs override the defaults (oracles/tools/bench.py
     sweeps them).
 
     Launch 1: 4 warps; a token block of BLOCK_T = SUB * ROWS tokens, ROWS = 4 (a row a warp),
@@ -584,7 +584,7 @@ def two_launch_config(T, hc_mult, hidden, *, sub=None, target_programs=_TARGET_P
     HC_PAD = _next_pow2(hc_mult)
     ROWS = 4  # = num_warps of launch 1: one token row a warp
     n_groups = _cdiv(hc_mult, 4)  # launch 1 handles hc_fn rows 4 at a time
-    SUB = sub or (1 if T <= ROWS else 4)  # 2 is legal too (kernels/bench.py sweeps it)
+    SUB = sub or (1 if T <= ROWS else 4)  # 2 is legal too (oracles/tools/bench.py sweeps it)
     BLOCK_D = min(256, _next_pow2(hidden))
     VEC = min(8, BLOCK_D)
     n_tblocks = _cdiv(T, SUB * ROWS)
@@ -667,7 +667,7 @@ def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
     return design(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
 
 
-# Both designs are fuzzed (kernels/loader.py). A tuple, not a dict: the judge's security scan
+# Both designs are fuzzed (oracles/submission/loader.py). A tuple, not a dict: the judge's security scan
 # rejects dict and set globals, and this file is meant to be submittable as it is.
 IMPLEMENTATIONS = (
     ("per_token", hc_head_per_token),

@@ -22,7 +22,7 @@ JUDGE_TOLERANCE = {
 
 
 # KernelBench's correctness check (its eval's run_and_check_correctness): torch.allclose(out, ref,
-# atol, rtol) with one (atol, rtol) for every dtype. Used by oracles/power.py's baseline only.
+# atol, rtol) with one (atol, rtol) for every dtype. Used by oracles/tools/power.py's baseline only.
 KERNELBENCH_TOLERANCE = (1e-2, 1e-2)
 
 

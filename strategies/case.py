@@ -31,7 +31,7 @@ MAX_TENSOR_ELEMENTS = 2 ** 27
 # All of a loaded case's tensors together, materialized: judging a case takes about 20 times its
 # bytes (guarded copies, the reference, the float64 oracle and its bounds: a 64 MiB hc_head case
 # peaked 1.4 GB above the process's baseline), so 128 MiB stays inside the 4 GiB a test process
-# may hold (oracles/memory.py). The judge's largest case a fixture file can hold (512 MB of
+# may hold (oracles/harness/memory.py). The judge's largest case a fixture file can hold (512 MB of
 # base64), hc_head at T = 2048, is 112 MiB.
 MAX_CASE_BYTES = 128 * 1024 * 1024
 
@@ -47,7 +47,7 @@ DTYPES_BY_NAME = {
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES_BY_NAME.items()}
 
 
-# The feature of a case made of a few rows of an input beyond 2^31 elements (oracles/sampled_rows.py):
+# The feature of a case made of a few rows of an input beyond 2^31 elements (oracles/harness/sampled_rows.py):
 # the bug it shows needs the whole input, which the case does not hold.
 BEYOND_INT32 = "beyond-int32"
 

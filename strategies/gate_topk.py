@@ -318,14 +318,14 @@ BENCH_M, BENCH_LARGE_M, BENCH_N, BENCH_K = (1, 8, 64, 512, 4096), (65536,), 256,
 def bench_inputs(m: int, k: int, device) -> dict:
     """The official bench's inputs: a CPU generator seeded 0 (not the test's 9), x = randperm(m n)
     / (m n) as float32 moved to the device; the bench declares bf16 but its input function ignores
-    the dtype, and yields (x, {"k": k}); kernels/bench.py passes both by keyword like every call."""
+    the dtype, and yields (x, {"k": k}); oracles/tools/bench.py passes both by keyword like every call."""
     g = torch.Generator(device="cpu").manual_seed(0)
     x = (torch.randperm(m * BENCH_N, generator=g).reshape(m, BENCH_N).float() / (m * BENCH_N)).to(device)
     return {"x": x.contiguous(), "k": k}
 
 
 def bench_cases():
-    """(label, size, is_bench_case, builder(size, device)) for kernels/bench.py: the official bench
+    """(label, size, is_bench_case, builder(size, device)) for oracles/tools/bench.py: the official bench
     grid (every m, 4096 included, counts toward the average) and one larger case at k = 8."""
     grid = [(f"m={m} k={k}", m, True, lambda size, device, k=k: bench_inputs(size, k, device))
             for m in BENCH_M for k in BENCH_K]
@@ -377,3 +377,16 @@ def _column_subsets(N):
 
 __all__ = ["gate_topk_cases", "judge_cases", "model_cases", "bench_cases", "smaller_cases", "special_tensor",
            "next_in_dtype", "SIZES", "JUDGE_CASES", "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
+
+
+# M * N > 2^31: the last rows' addresses need 64-bit offsets (2.15e9 float32 elements: 8.6 GB);
+# x, the outputs, and room for the kernel's own buffers.
+BEYOND_INT32_M, BEYOND_INT32_N = 8_400_000, 256
+BEYOND_INT32_BYTES = BEYOND_INT32_M * BEYOND_INT32_N * 4 + BEYOND_INT32_M * 8 * 8 + 2**30
+
+
+def beyond_int32_inputs(device="cuda") -> tuple[dict, list[int]]:
+    """The inputs and the rows whose outputs the verdict checks."""
+    M, N = BEYOND_INT32_M, BEYOND_INT32_N
+    gen = torch.Generator(device).manual_seed(0)
+    return {"x": torch.rand(M, N, generator=gen, device=device), "k": 8}, [0, 1, M // 2, M - 2, M - 1]

@@ -170,3 +170,39 @@ def _stream_subsets(h):
 
 
 __all__ = ["hc_head_cases", "judge_cases", "smaller_cases", "SIZES", "JUDGE_SHAPES", "Layout"]
+
+
+# The judge's bench grid (its last four cases) plus one larger size, not in the averages: how a
+# kernel scales past the judge's sizes. Inputs as its test builds them (judge_cases).
+BENCH_T, BENCH_LARGE_T, BENCH_HC_MULT, BENCH_HIDDEN = (1, 128, 2048, 8192), (32768,), 4, 7168
+
+
+def bench_inputs(T: int, device) -> dict:
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(T, BENCH_HC_MULT, BENCH_HIDDEN, generator=gen, device=device).to(torch.bfloat16)
+    hc_fn = 0.02 * torch.randn(BENCH_HC_MULT, BENCH_HC_MULT * BENCH_HIDDEN, generator=gen, device=device)
+    hc_base = 0.1 * torch.randn(BENCH_HC_MULT, generator=gen, device=device)
+    return {"x": x, "hc_fn": hc_fn, "hc_scale": torch.tensor([1.5], device=device), "hc_base": hc_base,
+            "norm_eps": 1e-6, "hc_eps": 1e-3}
+
+
+def bench_cases():
+    """(label, size, is_bench_case, builder(size, device)) for oracles/tools/bench.py."""
+    return [(f"T={T}", T, T in BENCH_T, bench_inputs) for T in BENCH_T + BENCH_LARGE_T]
+
+
+# T * hc_mult * hidden > 2^31: the last tokens' addresses need 64-bit offsets (2.15e9 elements of
+# x); x and y, plus room for the kernel's own buffers.
+BEYOND_INT32_T = 75_000
+BEYOND_INT32_BYTES = 2 * BEYOND_INT32_T * 4 * 7168 * 2
+
+
+def beyond_int32_inputs(device="cuda") -> tuple[dict, list[int]]:
+    """The inputs (bf16 x, no float32 copy) and the tokens whose outputs the verdict checks."""
+    T, h, H = BEYOND_INT32_T, 4, 7168
+    gen = torch.Generator(device).manual_seed(0)
+    inputs = {"x": torch.randn(T, h, H, generator=gen, device=device, dtype=torch.bfloat16),
+              "hc_fn": 0.02 * torch.randn(h, h * H, generator=gen, device=device),
+              "hc_scale": torch.tensor([1.5], device=device),
+              "hc_base": 0.1 * torch.randn(h, generator=gen, device=device), "norm_eps": 1e-6, "hc_eps": 1e-3}
+    return inputs, [0, 1, T // 2, T - 2, T - 1]

@@ -337,3 +337,41 @@ def _lane_subsets(N):
 
 __all__ = ["sigmoid_gate_topk_renorm_cases", "judge_cases", "model_cases", "smaller_cases", "SIZES", "JUDGE_CASES",
            "BIAS_KINDS"]
+
+
+# The judge's bench grid (its last five cases) plus one larger size, not in the averages.
+BENCH_M, BENCH_LARGE_M = (1, 8, 64, 512, 4096), (65536,)
+BENCH_N, BENCH_S, BENCH_K, BENCH_ROUTE_SCALE, BENCH_GLOBAL_SCALE = 128, 3, 5, 1.5, 0.8
+
+
+def bench_inputs(m: int, device, *, global_scale_on_host: bool = False) -> dict:
+    """As the official test builds them: global_scale = torch.tensor(0.8, device=device,
+    dtype=torch.float32), a 0-dim tensor on the device; global_scale_on_host=True puts it on the
+    host (a form the judge never sends)."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    logits = torch.randn(m, BENCH_N + BENCH_S, generator=gen, device=device).to(torch.bfloat16)
+    bias = 0.1 * torch.randn(BENCH_N, generator=gen, device=device)
+    gs = torch.tensor(BENCH_GLOBAL_SCALE, dtype=torch.float32, device="cpu" if global_scale_on_host else device)
+    return {"logits": logits, "k": BENCH_K, "n_shared_experts": BENCH_S, "route_scale": BENCH_ROUTE_SCALE,
+            "global_scale": gs, "bias": bias}
+
+
+def bench_cases():
+    """(label, size, is_bench_case, builder(size, device)) for oracles/tools/bench.py."""
+    return [(f"m={m}", m, m in BENCH_M, bench_inputs) for m in BENCH_M + BENCH_LARGE_M]
+
+
+# T * (N + S) > 2^31: the last rows' addresses need 64-bit offsets (2.16e9 bf16 logits).
+BEYOND_INT32_T, BEYOND_INT32_N = 8_400_000, 256
+BEYOND_INT32_BYTES = 2 * BEYOND_INT32_T * (BEYOND_INT32_N + 1) * 2
+
+
+def beyond_int32_inputs(device="cuda") -> tuple[dict, list[int]]:
+    """The inputs (bf16 logits, no float32 copy) and the tokens whose outputs the verdict checks."""
+    T, N, S = BEYOND_INT32_T, BEYOND_INT32_N, 1
+    gen = torch.Generator(device).manual_seed(0)
+    inputs = {"logits": torch.randn(T, N + S, generator=gen, device=device, dtype=torch.bfloat16),
+              "k": 8, "n_shared_experts": S, "route_scale": 2.5,
+              "global_scale": torch.tensor(0.8, device=device, dtype=torch.float32),
+              "bias": 0.1 * torch.randn(N, generator=gen, device=device)}
+    return inputs, [0, 1, T // 2, T - 2, T - 1]

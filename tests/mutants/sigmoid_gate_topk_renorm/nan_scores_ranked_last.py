@@ -347,7 +347,7 @@ def sigmoid_gate_topk_renorm_three_launch(logits, k, n_shared_experts, route_sca
 sigmoid_gate_topk_renorm = sigmoid_gate_topk_renorm_fused
 reference = sigmoid_gate_topk_renorm  # the entry name the competition imports
 
-# Both designs are fuzzed (kernels/loader.py). A tuple, not a dict: the judge's security scan
+# Both designs are fuzzed (oracles/submission/loader.py). A tuple, not a dict: the judge's security scan
 # rejects dict and set globals, and this file is meant to be submittable as it is.
 IMPLEMENTATIONS = (
     ("fused", sigmoid_gate_topk_renorm_fused),

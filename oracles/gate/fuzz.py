@@ -1,0 +1,181 @@
+"""What a property test calls to judge a case (`fuzz.check`), and the run state the gate's hooks
+share: the kernels under test, the failures awaiting a fixture, a lost CUDA context."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import Phase, settings, target
+from hypothesis.control import current_build_context, currently_in_test_context
+
+from oracles.harness.differential import RunOptions, run_case
+from oracles.harness.failures import Failure, failure_exception, failure_message, failure_signature, minimized_unsupported, record_fixture
+from oracles.harness.inflight import end_worker_after_device_fault, in_flight, in_worker
+from oracles.gate.report import Tally
+from oracles.verdict import FAIL as FAIL_STATUS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+KERNELS = pytest.StashKey[dict]()          # op -> list[LoadedKernel] from --kernel
+MINIMIZE_ERRORS = pytest.StashKey[list]()  # the suite's own errors while minimizing (reported, not raised)
+FAILURES = pytest.StashKey[dict]()         # signature -> the last failing case of that kind (Hypothesis replays
+                                           # each distinct bug's shrunk case last)
+
+
+
+def strict(config) -> bool:
+    """pytest's own --strict (strict markers, config, xfail) also makes `unsupported` findings --
+    clean refusals of valid inputs outside the judge domain -- fail the gate. pytest owns the
+    option name, so tritonfuzz reads it rather than adding a second one."""
+    return bool(config.getoption("strict", False))
+
+
+# Set when a kernel faulted the GPU in this process (no xdist worker to end): its CUDA context
+# is gone, so every later test that would run a kernel is skipped with this reason.
+LOST_DEVICE: list[str] = []
+
+
+def skip_if_device_lost() -> None:
+    if LOST_DEVICE:
+        pytest.skip(f"not run: {LOST_DEVICE[0]}; this process's CUDA context is lost (gates run in an xdist "
+                    f"worker by default, which is replaced after a fault: leave out -n 0 to go on past faults)")
+
+
+class SuiteError(Exception):
+    """tritonfuzz itself failed while judging a case (the oracle, a check, the recorder): not a
+    verdict on the kernel. The gate reports it on its own line and exits with code 3."""
+
+
+def _suite_errors(excinfo) -> list[SuiteError]:
+    """The SuiteErrors in a test's exception (Hypothesis may group several bugs)."""
+    if excinfo is None:
+        return []
+    stack, found = [excinfo.value], []
+    while stack:
+        e = stack.pop()
+        if isinstance(e, SuiteError):
+            found.append(e)
+        stack += list(getattr(e, "exceptions", ()))
+    return found
+
+
+class Fuzz:
+    """What a property calls: run the case; tally the verdict for the gate; write a fixture for
+    each new unsupported input class; on failure remember the case under its signature and raise
+    an exception of that signature, so that Hypothesis shrinks and reports each distinct bug
+    separately. Drawn cases stop running past --gate-budget."""
+
+    def __init__(self, node, options: RunOptions, *, budget_s, case_timeout_s, kind):
+        self.node, self.options, self.kind = node, options, kind
+        self.budget_s, self.case_timeout_s = budget_s, case_timeout_s
+        self.started = time.monotonic()
+        self.tally: Tally | None = None
+        self.seen_failing: dict = {}  # content hash -> Failure
+        self.last_progress = self.started
+
+    def out_of_budget(self) -> bool:
+        return self.kind == "fuzz" and self.budget_s is not None and time.monotonic() - self.started > self.budget_s
+
+    def check(self, case, implementation):
+        __tracebackhide__ = True
+        self._start(implementation)
+        if self.out_of_budget():
+            self.tally.budget_exhausted = True
+            # Hashing a GPU-sized case costs ~40 ms (it serializes every byte): only when a replay
+            # of a failure is possible at all.
+            failure = self.seen_failing.get(case.content_hash()) if self.seen_failing else None
+            if failure is not None:  # Hypothesis replays a failure it found: the same answer, no new run
+                self._raise(failure)
+            return None  # past the budget nothing new runs (shrink candidates pass)
+        with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
+                       timeout_s=self.case_timeout_s):
+            try:
+                verdict = run_case(implementation.op, implementation.fn, case, self.options)
+            except Exception as e:  # the kernel's own exceptions are verdicts inside run_case: this is ours
+                import traceback
+                where = "".join(traceback.format_exception(e, limit=-3)).strip()
+                raise SuiteError(f"tritonfuzz failed while judging {implementation.op} / {implementation.name} on "
+                                 f"case {case.summary()}: {type(e).__name__}: {e}. This is the suite's error, not "
+                                 f"the kernel's; please report it with this message and:\n{where}") from e
+        return self.record(case, implementation, verdict)
+
+    def record(self, case, implementation, verdict):
+        """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it."""
+        __tracebackhide__ = True
+        self._start(implementation)
+        self.tally.add(verdict, case.summary())
+        for finding in verdict.unsupported():
+            if self.tally.is_new_unsupported(finding.kind):
+                self.unsupported_fixture(case, implementation, verdict, finding.kind)
+        self.progress()
+        if verdict.device_lost:
+            if in_worker():  # the controller turns the in-flight record into the verdict and fixture
+                end_worker_after_device_fault(case, implementation, kernel_option_for(self.node.config, implementation),
+                                              verdict.render())
+            LOST_DEVICE.append(f"{implementation.name} faulted the GPU in {self.node.nodeid} on case {case.summary()}")
+        margin = verdict.accuracy_margin()
+        if margin is not None and climbing_targets():
+            target(margin)  # unlabelled: HypoFuzz buckets it by powers of two, a behavior per bucket
+        if verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict):
+            failure = Failure(case, implementation, verdict, self.options)
+            self.node.stash.setdefault(FAILURES, {})[failure_signature(failure)] = failure
+            self.seen_failing[case.content_hash()] = failure
+            self._raise(failure)
+        return verdict
+
+    def _raise(self, failure: Failure):
+        __tracebackhide__ = True
+        raise failure_exception(failure_signature(failure))(
+            failure_message(failure.case, failure.implementation, failure.verdict, self.options))
+
+    def _start(self, implementation):
+        if self.tally is None:
+            self.tally = Tally(implementation.op, implementation.name, self.kind,
+                               judge_exact=self.options.judge_exact, strict=self.options.strict)
+
+    def unsupported_fixture(self, case, implementation, verdict, refusal):
+        """A clean refusal outside the judge domain: not a failure, so Hypothesis does not shrink it;
+        a short minimization keeps the refusal, and the fixture says how to replay it."""
+        config = self.node.config
+        failure = Failure(case, implementation, verdict, self.options)
+        small = minimized_unsupported(failure, refusal, budget_s=min(5.0, config.getoption("minimize_budget")))
+        root = Path(config.getoption("regressions_dir"))
+        path, replay = record_fixture(small, root, kernel_option=kernel_option_for(config, implementation),
+                                      custom_root=is_custom_root(root), findings=small.verdict.unsupported())
+        entry = self.tally.unsupported[refusal]
+        entry["fixture"], entry["replay"] = str(path), replay
+
+    def progress(self, every_s: float = 30.0):
+        """On long runs, a line per test every 30 s on the real stderr (captured output hides it)."""
+        now = time.monotonic()
+        if now - self.last_progress >= every_s:
+            self.last_progress = now
+            failures = sum(c[FAIL_STATUS] for c in self.tally.checks.values())
+            print(f"[tritonfuzz] {self.tally.op}/{self.tally.implementation} {self.node.name}: "
+                  f"{self.tally.examples} examples, {failures} failing checks, {now - self.started:.0f} s",
+                  file=sys.__stderr__, flush=True)
+
+
+def climbing_targets() -> bool:
+    """Inside a drawn case (the judge's cases and fixtures are not) whose settings climb targets:
+    soak and the engine's. Elsewhere target() is not called at all: with a database, Hypothesis
+    would keep a Pareto front of the margin, drawing on the same random stream as the cases."""
+    if not currently_in_test_context():
+        return False
+    test = getattr(current_build_context(), "wrapped_test", None)
+    return Phase.target in (getattr(test, "_hypothesis_internal_use_settings", None) or settings.default).phases
+
+
+def is_custom_root(root: Path) -> bool:
+    """Fixtures written elsewhere than tests/regressions: the replay command must say where."""
+    return root.resolve() != (ROOT / "tests" / "regressions").resolve()
+
+
+def kernel_option_for(config, implementation) -> str | None:
+    for lk in config.stash[KERNELS].get(implementation.op, []):
+        if implementation in lk.implementations:
+            return lk.source
+    return None

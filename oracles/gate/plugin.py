@@ -1,0 +1,367 @@
+"""tritonfuzz's pytest plugin (conftest.py loads it): options, profiles, the implementations under
+test, the ops' parametrization, the fixtures a property uses, and what happens when a property
+fails (minimize, write a fixture, say how to replay). The verdict table is oracles/gate/summary.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import settings
+
+from oracles.gate import accounting, profiles
+from oracles.gate.fuzz import (FAILURES, KERNELS, MINIMIZE_ERRORS, ROOT, Fuzz, _suite_errors,
+                               is_custom_root, kernel_option_for, skip_if_device_lost, strict)
+from oracles.gate.summary import GateSummary
+from oracles.harness.differential import RunOptions
+from oracles.harness.failures import Failure, minimized, record_fixture
+from oracles.harness.inflight import inflight_dir
+from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,
+                                    limit_bytes, process_limit)
+from oracles.ops import OPS
+from oracles.platform.device import gpu_available, interpreted, suite_device
+from oracles.submission.loader import KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option
+from strategies.case import BEYOND_INT32
+
+settings.load_profile(profiles.DEFAULT_PROFILE)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("tritonfuzz")
+    group.addoption("--kernel", action="append", default=[], metavar="OP=PATH",
+                    help="test an outside implementation of OP: a .py defining OP() or reference(), or a "
+                         "competition .zip; only OP's tests run (repeatable)")
+    group.addoption("--regressions-dir", default=str(ROOT / "tests" / "regressions"), metavar="DIR",
+                    help="where regression fixtures are replayed from and written to (default: tests/regressions)")
+    group.addoption("--judge-exact", action="store_true",
+                    help="demand torch.topk's exact tie order on this device (default: a tie ordered "
+                         "differently is a judge risk, not a failure)")
+
+    group.addoption("--minimize-budget", type=float, default=20.0, metavar="SECONDS",
+                    help="time for minimizing a failing case before its fixture is written (default 20)")
+    group.addoption("--gate-budget", type=float, default=None, metavar="SECONDS",
+                    help="fuzzing time per property test and implementation; past it the test stops "
+                         "drawing cases and the verdict table says how far it got (default: no limit)")
+    group.addoption("--gate-report", default=None, metavar="PATH",
+                    help="also write the verdict tables as JSON (schema: oracles/gate/report.schema.json)")
+    group.addoption("--keep-tmp", action="store_true",
+                    help="keep this run's temporary folder (in-flight case records, unpacked zip members) "
+                         "and print where it is (default: removed at the end)")
+    group.addoption("--memcheck", action="store_true",
+                    help="on a GPU, after the gate: replay the judge's cases and the fixtures of each --kernel "
+                         "under NVIDIA compute-sanitizer (memcheck); any invalid access fails the gate (slow)")
+    group.addoption("--case-timeout", type=float, default=300.0, metavar="SECONDS",
+                    help="a single kernel call running longer is a hang: the case is saved as a fixture and "
+                         "the worker process ends (default 300)")
+    group.addoption("--memory-limit", type=check_memory_limit_option, default=4.0, metavar="GIB",
+                    help="CPU tier: each test process may hold at most GIB GiB of data (RLIMIT_DATA), and a "
+                         "kernel's own CPU allocations in one call at most a quarter of that; past it the "
+                         "allocation fails and so does the case (default 4; 0: no limit)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Gate runs (--kernel) execute in one xdist worker unless -n says otherwise: a kernel that
+    segfaults or corrupts the heap then kills a worker, which xdist replaces, and the case it
+    was running still gets a verdict (see pytest_handlecrashitem)."""
+    if config.getoption("kernel") and config.getoption("numprocesses", None) is None \
+            and config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.option.numprocesses = 1
+    # xdist stops replacing crashed workers after 4 restarts a worker; a kernel that crashes on
+    # every call would then leave most of the gate unrun. A gate replaces every crashed worker.
+    if config.getoption("kernel") and getattr(config.option, "maxworkerrestart", "unset") is None:
+        config.option.maxworkerrestart = 1_000_000
+    # Under xdist only the workers parse -k and -m: a wrong expression would be the controller's
+    # INTERNALERROR. Parsed here first, as pytest parses it, it is a one-line usage error (exit 4).
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        try:
+            from _pytest.mark import _parse_expression
+        except ImportError:  # moved in another pytest: the workers still report it, less readably
+            return
+        for option, flag in (("keyword", "-k"), ("markexpr", "-m")):
+            expression = (config.getoption(option, "") or "").lstrip()
+            if expression:
+                _parse_expression(expression, f"Wrong expression passed to '{flag}'")
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):
+        # Not an xdist worker, whatever the environment says: a pytest started from inside a
+        # worker's test inherits PYTEST_XDIST_WORKER, and would take itself for a worker that may
+        # exit after a device fault or a hang.
+        os.environ.pop("PYTEST_XDIST_WORKER", None)
+    for op in OPS:
+        config.addinivalue_line("markers", f"{op}: tests of the {op} op (select with -m {op})")
+    config.addinivalue_line("markers", "gpu: needs a GPU (skipped under the CPU interpreter)")
+    config.addinivalue_line("markers", "implementations(cases=None): run against every implementation under test "
+                                       "of every op under test (cases: 'judge' or 'model', once per such case)")
+    config.addinivalue_line("markers", "tally(role): the gate tally this test's verdicts go to: judge or fixture")
+    pin_xdist_worker_to_gpu()
+    if not gpu_available():  # before any kernel module is imported (oracles/harness/memory.py: why not on a GPU)
+        apply_process_limit(limit_bytes(config.getoption("memory_limit")))
+    # The run's temporary folder, made by the controller before xdist starts workers: they inherit
+    # where to record in-flight cases and find the zip members the controller unpacked.
+    workdir = inflight_dir(fresh=not hasattr(config, "workerinput")) / "kernels"
+    config.pluginmanager.register(accounting.CollectionRecorder(inflight_dir()), "tritonfuzz-collected")
+    if not hasattr(config, "workerinput"):  # fixtures newer than this are not collected (tests/kernel/test_regressions.py)
+        os.environ["_TRITONFUZZ_RUN_STARTED"] = repr(time.time())
+    kernels = {}
+    for value in config.getoption("kernel"):
+        try:
+            op, path = parse_kernel_option(value)
+            kernels.setdefault(op, []).append(load_kernel(op, path, workdir=workdir))
+        except KernelLoadError as e:
+            raise pytest.UsageError(str(e)) from None
+    config.stash[KERNELS] = kernels
+    freeze_hypothesis_local_constants()
+    if not hasattr(config, "workerinput"):  # the controller (or a plain run) sums up
+        config.pluginmanager.register(GateSummary(config), "tritonfuzz-gate-summary")
+    if kernels and config.getoption("hypothesis_profile", None) is None:
+        settings.load_profile(profiles.GATE_PROFILE)
+
+
+def pytest_unconfigure(config):
+    """The controller removes the run's temporary folder (workers share it), unless --keep-tmp."""
+    if hasattr(config, "workerinput"):
+        return
+    folder = inflight_dir()
+    if config.getoption("keep_tmp", False):
+        print(f"tritonfuzz: temporary files kept in {folder}", file=sys.__stderr__)
+        return
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def freeze_hypothesis_local_constants():
+    """Make derandomized runs depend on nothing but the test.
+
+    Hypothesis draws, 5% of the time, constants harvested from the source of every local module
+    loaded so far (hypothesis.internal.conjecture.providers._get_local_constants). Which of this
+    project's modules a worker has imported, and which kernel files tests have loaded from
+    temporary folders, depends on the tests xdist gave it before: the same `ci` test then drew
+    different cases in different runs (the mutant nan_scores_ranked_last was caught in 8 examples
+    in one run and missed in 20 in another, after tests/suite/test_bench.py began importing two more
+    modules). So every project module is imported now, the pool is computed once and frozen:
+    later imports no longer change what a derandomized test draws. If a Hypothesis release
+    moves that internal function, nothing is frozen (and nothing breaks).
+    """
+    import importlib
+    for folder in ("kernels", "oracles", "strategies"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        return
+    harvest = getattr(providers, "_get_local_constants", None)
+    if callable(harvest) and not getattr(harvest, "tritonfuzz_frozen", False):
+        import warnings
+        with warnings.catch_warnings():  # harvesting here, at configure time, is the point
+            warnings.filterwarnings("ignore", message="Slow code in plugin")
+            frozen = harvest()
+
+        def frozen_local_constants():
+            return frozen
+        frozen_local_constants.tritonfuzz_frozen = True
+        providers._get_local_constants = frozen_local_constants
+
+
+def pin_xdist_worker_to_gpu():
+    """Under xdist each worker takes one GPU, round robin over the visible devices."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if gpu_available() and worker.startswith("gw"):
+        torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
+
+
+def pytest_report_header(config):
+    where = torch.cuda.get_device_name() if gpu_available() else "CPU (Triton interpreter)"
+    lines = [f"tritonfuzz: device {where}; TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')!r}; "
+             f"hypothesis profile {settings._current_profile}"]
+    if not gpu_available():
+        limit, call = process_limit(), call_limit_bytes(config.getoption("memory_limit"))
+        lines.append(f"tritonfuzz: memory limit {fmt_bytes(limit) if limit else 'none'} a process, "
+                     f"{fmt_bytes(call) if call else 'none'} a kernel call (--memory-limit)")
+    if interpreted():
+        from oracles.platform.interpreter import bf16_arithmetic_is_exact
+        lines.append(f"tritonfuzz: interpreter bf16 arithmetic exact: {bf16_arithmetic_is_exact()}")
+    env = {k: v for k, v in os.environ.items() if k.startswith("TRITONFUZZ_")}
+    if env:
+        lines.append("tritonfuzz env: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    for op, loaded in config.stash[KERNELS].items():
+        for lk in loaded:
+            lines.append(f"tritonfuzz: --kernel {op}={lk.source}: " + ", ".join(i.name for i in lk.implementations))
+            lines += [f"tritonfuzz:   note: {n}" for n in lk.notes]
+    return lines
+
+
+def implementations_under_test(config, op: str):
+    loaded = config.stash[KERNELS].get(op)
+    if loaded:
+        return [impl for lk in loaded for impl in lk.implementations]
+    return bundled_implementations(op)
+
+
+def ops_under_test(config) -> list[str]:
+    """The ops a run is about: those given with --kernel, else every registered op."""
+    return list(config.stash[KERNELS]) or list(OPS)
+
+
+def pytest_generate_tests(metafunc):
+    """A test marked `implementations` runs against every implementation under test of every op
+    under test; with cases="judge" or "model", once per such case of the implementation's op
+    (as `case`). Each parameter carries its op's marker (-m OP)."""
+    marker = metafunc.definition.get_closest_marker("implementations")
+    if marker is None:
+        return
+    which = marker.kwargs.get("cases")
+    params = []
+    for op in ops_under_test(metafunc.config):
+        spec, marks = OPS[op], [getattr(pytest.mark, op)]
+        impls = implementations_under_test(metafunc.config, op)
+        if which is None:
+            params += [pytest.param(impl, id=f"{op}-{impl.name}", marks=marks) for impl in impls]
+            continue
+        for case in spec.named_cases(which, suite_device()):
+            label = case.label.replace(" ", "-")
+            gpu_only = [] if spec.runs_on_cpu(case) else [pytest.mark.gpu]
+            params += [pytest.param(case, impl, id=f"{label}-{impl.name}", marks=marks + gpu_only) for impl in impls]
+    names = "implementation" if which is None else "case,implementation"
+    if not params:
+        params = [pytest.param(*([None] * len(names.split(","))), id="none",
+                               marks=pytest.mark.skip(reason=f"no {which or 'implementation'} cases"))]
+    metafunc.parametrize(names, params)
+
+
+def test_role(node) -> str:
+    """Which tally a test's verdicts go to: its `tally` marker (judge, fixture), else fuzz."""
+    marker = node.get_closest_marker("tally")
+    return marker.args[0] if marker else "fuzz"
+
+
+def pytest_collection_modifyitems(config, items):
+    # The beyond-2^31-element cases run last: a kernel whose offsets overflow can fault the GPU,
+    # and a faulted CUDA context fails whatever that process runs after it.
+    items.sort(key=lambda item: "beyond_int32" in getattr(item, "fixturenames", ()))
+    selected_ops = set(config.stash[KERNELS])
+    if not selected_ops:
+        return
+    under_test = [impl for op in selected_ops for impl in implementations_under_test(config, op)]
+    keep, drop = [], []
+    for item in items:
+        # The gate runs the tests of the implementations under test, not the suite's self-tests
+        # (some of which take the bundled kernels as `implementation`).
+        impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
+        (keep if any(impl is u for u in under_test) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+
+@pytest.fixture(scope="session")
+def run_options(request) -> RunOptions:
+    # TRITONFUZZ_SANITIZE=0: no guard bands (set for the compute-sanitizer replay of --memcheck,
+    # where an access into a guard band would be an access into memory the process owns).
+    sanitize = os.environ.get("TRITONFUZZ_SANITIZE", "1") != "0"
+    # A gate, and long runs on HypoFuzz (python -m oracles.tools.engine: profiles fuzz, fuzz-replay), also
+    # run each case twice and compile for the AMD-class target.
+    gate = settings._current_profile in ("gate", "fuzz", "fuzz-replay")
+    return RunOptions(device=suite_device(), judge_exact=request.config.getoption("judge_exact"),
+                      strict=strict(request.config), determinism=gate, portability=gate, sanitize=sanitize,
+                      alloc_limit=call_limit_bytes(request.config.getoption("memory_limit")))
+
+
+
+@pytest.fixture
+def beyond_int32(request, run_options):
+    """A case beyond 2^31 elements (32-bit offsets overflow) runs on a GPU in every gate (--kernel)
+    and under the soak profile, when the GPU has the memory: `need_bytes(n)` skips with the reason
+    otherwise. The CPU interpreter could not run it at all."""
+    skip_if_device_lost()
+    if run_options.device != "cuda":
+        pytest.skip("beyond-2^31-element case: GPU only (the interpreter would take hours)")
+    if not request.config.stash[KERNELS] and settings._current_profile != "soak":
+        pytest.skip("beyond-2^31-element case: runs in a gate (--kernel) or under --hypothesis-profile soak")
+
+    def need_bytes(n: int) -> None:
+        free, _ = torch.cuda.mem_get_info()
+        if free < n:
+            pytest.skip(f"beyond-2^31-element case: needs {n / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
+    return need_bytes
+
+@pytest.fixture
+def fuzz(request, run_options) -> Fuzz:
+    skip_if_device_lost()
+    config = request.config
+    return Fuzz(request.node, run_options, budget_s=config.getoption("gate_budget"),
+                case_timeout_s=config.getoption("case_timeout"),
+                kind=test_role(request.node))
+
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.user_properties = list(report.user_properties)  # pytest shares one list across phases
+    impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
+    if impl is not None:
+        report.user_properties.append(("tritonfuzz_impl", {"op": impl.op, "implementation": impl.name,
+                                                           "role": test_role(item)}))
+    if call.when == "call" and impl is not None:
+        for error in _suite_errors(call.excinfo):
+            report.user_properties.append(("tritonfuzz_suite_error", {"op": impl.op, "implementation": impl.name,
+                                                                       "message": str(error)[:2000]}))
+    fuzz = item.funcargs.get("fuzz") if call.when == "call" and hasattr(item, "funcargs") else None
+    if fuzz is not None and fuzz.tally is not None:
+        report.user_properties.append(("tritonfuzz_tally", fuzz.tally.to_json()))
+    failures = item.stash.get(FAILURES, {})
+    if call.when != "call" or not report.failed or not failures:
+        return
+    del item.stash[FAILURES]
+    root = Path(item.config.getoption("regressions_dir"))
+    for signature, failure in failures.items():  # one fixture per distinct bug
+        if BEYOND_INT32 in failure.case.features:  # a few rows would replay clean: the bug needs the whole input
+            source = kernel_option_for(item.config, failure.implementation)
+            kernel = f"--kernel={failure.implementation.op}={source} " if source else ""
+            replay = (f"pytest {kernel}tests/kernel/test_ops.py -m {failure.implementation.op} -k beyond_int32  "
+                      f"(on a GPU with the memory)")
+            report.sections.append((f"tritonfuzz: how to reproduce ({signature})",
+                                    f"bug: {signature}\n{failure.verdict.render()}\nreproduce: {replay}"))
+            report.user_properties.append(("tritonfuzz_fixture", {
+                "op": failure.implementation.op, "implementation": failure.implementation.name,
+                "path": "(no fixture: the case is its size, rebuilt by the test)", "replay": replay, "bug": signature}))
+            continue
+        small = failure if failure.verdict.device_lost else smallest_still_failing(item, failure)
+        path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
+                                      custom_root=is_custom_root(root))
+        text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{small.verdict.render()}\n"
+                f"fixture: {path}\nreplay:  {replay}")
+        report.sections.append((f"tritonfuzz regression fixture ({signature})", text))
+        report.user_properties.append(("tritonfuzz_fixture", {
+            "op": failure.implementation.op, "implementation": failure.implementation.name,
+            "path": str(path), "replay": replay, "bug": signature}))
+    for message in item.stash.get(MINIMIZE_ERRORS, []):
+        report.user_properties.append(("tritonfuzz_suite_error", {
+            "op": failure.implementation.op, "implementation": failure.implementation.name,
+            "message": f"{message} (the unminimized case was saved); this is the suite's error, please report it"}))
+
+
+def smallest_still_failing(item, failure: Failure) -> Failure:
+    """The minimized failure; the original when it no longer fails on replay (a race?) or when
+    minimizing breaks (then the fixture is still written, and the suite's error reported)."""
+    try:
+        small = minimized(failure, budget_s=item.config.getoption("minimize_budget"))
+    except Exception as e:
+        item.stash.setdefault(MINIMIZE_ERRORS, []).append(f"minimizing {failure.case.summary()} failed: "
+                                                           f"{type(e).__name__}: {e}")
+        return failure
+    if not small.verdict.failures(judge_exact=small.options.judge_exact, strict=small.options.strict):
+        return failure
+    return small

@@ -1,0 +1,138 @@
+"""What happens to a failing case: its signature (which bug it is), a standalone message,
+minimization, a fixture, a replay command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from oracles.submission.loader import Implementation
+from oracles.harness.differential import RunOptions, run_case
+from oracles.ops import get_op
+from oracles.verdict import Check, Verdict
+from strategies.case import Case
+from strategies.fixtures import fixture_path, write_fixture
+from strategies.minimize import minimize
+
+
+class KernelCheckFailed(AssertionError):
+    """A verdict with failing checks; the message stands alone."""
+
+
+# Which check names a failure first, when a case fails several: memory and launch faults before
+# contract, the choice before the values computed from it, the values before the judge's verdict.
+PRIMARY_ORDER = ("device-fault", "launch", "red-zone", "poison", "inputs-unchanged", "gpu-compile", "contract", "indices",
+                 "specials", "accuracy", "judge", "determinism")
+_SIGNATURE_TYPES: dict[str, type] = {}
+
+
+def failure_signature(failure: "Failure") -> str:
+    """Which bug a failing case shows: its primary failing check and its input class (inside the
+    judge domain, or which ways it lies outside). Cases of one signature are the same bug to
+    Hypothesis; distinct signatures are shrunk, reported and saved as fixtures separately."""
+    names = {c.name for c in failure.verdict.failures(judge_exact=failure.options.judge_exact,
+                                                      strict=failure.options.strict)}
+    primary = next((n for n in PRIMARY_ORDER if n in names), min(names) if names else "?")
+    outside = get_op(failure.implementation.op).judge_domain_violations(failure.case)
+    # The first way the case leaves the domain names its class (the op lists dtype, then layout,
+    # then shapes): a float16 bug found at T = 0 and at T = 3 is one bug, not two.
+    where = "judge domain" if not outside else f"outside the judge domain: {outside[0].split('=')[0]}"
+    return f"{primary} ({where})"
+
+
+def failure_exception(signature: str) -> type:
+    """A KernelCheckFailed subclass per signature: Hypothesis tells bugs apart by exception type
+    and raise site, so one bug never hides the next (each is shrunk and reported on its own)."""
+    if signature not in _SIGNATURE_TYPES:
+        name = "KernelCheckFailed_" + "".join(ch if ch.isalnum() else "_" for ch in signature).strip("_")
+        _SIGNATURE_TYPES[signature] = type(name, (KernelCheckFailed,), {"signature": signature})
+    return _SIGNATURE_TYPES[signature]
+
+
+@dataclass
+class Failure:
+    case: Case
+    implementation: Implementation
+    verdict: Verdict
+    options: RunOptions
+
+    @property
+    def check_names(self) -> set[str]:
+        return {c.name for c in self.verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict)}
+
+
+def failure_message(case: Case, impl: Implementation, verdict: Verdict, options: RunOptions) -> str:
+    failing = verdict.failures(judge_exact=options.judge_exact, strict=options.strict)
+    head = f"{impl.op} / {impl.name}: {len(failing)} check(s) failed ({', '.join(c.name for c in failing)}) on {options.device}"
+    label = f"\ncase {case.label}" if case.label else ""
+    return f"{head}{label}\ncase: {case.summary()}\nfeatures: {', '.join(sorted(case.features)) or '-'}\n{verdict.render()}"
+
+
+def still_fails(failure: Failure, candidate: Case) -> bool:
+    """Does `candidate` fail one of the checks the original failed, on the same implementation?"""
+    try:
+        verdict = run_case(failure.implementation.op, failure.implementation.fn, candidate, failure.options)
+    except Exception:
+        return False  # a move that breaks the case (or the harness) is not a smaller failure
+    names = {c.name for c in verdict.failures(judge_exact=failure.options.judge_exact, strict=failure.options.strict)}
+    return bool(names & failure.check_names)
+
+
+def still_refused(failure: Failure, refusal: str, candidate: Case) -> bool:
+    """Does `candidate` still get an unsupported finding from the same refusal?"""
+    try:
+        verdict = run_case(failure.implementation.op, failure.implementation.fn, candidate, failure.options)
+    except Exception:
+        return False
+    return any(c.kind == refusal for c in verdict.unsupported())
+
+
+def minimized_unsupported(failure: Failure, refusal: str, *, budget_s: float) -> Failure:
+    """A smaller case the kernel still refuses at the same site (structural moves only: the
+    refusal depends on shapes and forms, not values)."""
+    spec = get_op(failure.implementation.op)
+    case = minimize(failure.case, lambda c: still_refused(failure, refusal, c),
+                    smaller_cases=spec.smaller_cases, budget_s=budget_s, values=False)
+    if case is failure.case:
+        return failure
+    verdict = run_case(failure.implementation.op, failure.implementation.fn, case, failure.options)
+    return Failure(case, failure.implementation, verdict, failure.options)
+
+
+def minimized(failure: Failure, *, budget_s: float) -> Failure:
+    spec = get_op(failure.implementation.op)
+    case = minimize(failure.case, lambda c: still_fails(failure, c),
+                    smaller_cases=spec.smaller_cases, budget_s=budget_s)
+    verdict = run_case(failure.implementation.op, failure.implementation.fn, case, failure.options)
+    return Failure(case, failure.implementation, verdict, failure.options)
+
+
+def replay_command(path: Path, impl: Implementation | None, kernel_option: str | None, regressions_dir: str | None,
+                   *, op: str | None = None, judge_exact: bool = False) -> str:
+    # OPTION=VALUE forms: a bare path after a conftest option would be taken for pytest's rootdir.
+    kernel = f" --kernel={op or impl.op}={kernel_option}" if kernel_option else ""
+    where = f" --regressions-dir={regressions_dir}" if regressions_dir else ""
+    exact = " --judge-exact" if judge_exact else ""
+    return f"pytest{kernel}{where}{exact} tests/kernel/test_regressions.py -k {path.stem}"
+
+
+def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None, custom_root: bool = False,
+                   findings: list[Check] | None = None) -> tuple[Path, str]:
+    """Write the failure (or, given `findings`, those checks: e.g. an unsupported input) as a
+    fixture; return its path and the command that replays it."""
+    case = failure.case
+    replay = replay_command(fixture_path(root, case), failure.implementation, kernel_option,
+                            str(root) if custom_root else None, judge_exact=failure.options.judge_exact)
+    failing = findings if findings is not None else failure.verdict.failures(
+        judge_exact=failure.options.judge_exact, strict=failure.options.strict)
+    impl = failure.implementation
+    meta = {
+        "failure": {"checks": [c.name for c in failing], "message": failure.verdict.render(),
+                    "severity": "unsupported" if findings is not None and all(c.status == "unsupported" for c in failing)
+                    else "fail"},
+        "kernel": {"name": impl.name, "path": str(impl.path) if impl.path else None, "sha256": impl.sha256},
+        "device": failure.options.device,
+        "judge_exact": failure.options.judge_exact,
+        "replay": replay,
+    }
+    return write_fixture(root, case, meta), replay

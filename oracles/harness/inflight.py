@@ -1,0 +1,109 @@
+"""The case a worker is running right now, on disk, so that a crash or a hang still gets a verdict.
+
+Under pytest-xdist each worker writes its current case to <dir>/<worker>.json before calling the
+kernel and removes it after. If the kernel kills the process (a segfault, heap corruption from
+an out-of-bounds store under the interpreter) the controller finds the file and turns it into a
+"crashed on case ..." verdict and a regression fixture. A watchdog marks a call that runs past
+--case-timeout as a hang, writes the same file and ends the worker, which xdist replaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from strategies.case import case_from_json, case_to_json
+from strategies.fixtures import write_fixture
+
+ENV_DIR = "_TRITONFUZZ_INFLIGHT_DIR"  # set by the controller, inherited by the workers
+MAX_RECORDED_BYTES = 8 * 1024 * 1024  # larger cases are recorded by their summary only
+HANG_EXIT_CODE = 70
+DEVICE_FAULT_EXIT_CODE = 71
+
+
+def inflight_dir(*, fresh: bool = False) -> Path:
+    """This run's temporary folder. The controller makes a fresh one (`fresh`: a pytest started
+    from inside a test must not share, or remove, its parent's) before it starts workers; workers
+    inherit it through the environment."""
+    if fresh or ENV_DIR not in os.environ:
+        os.environ[ENV_DIR] = tempfile.mkdtemp(prefix="tritonfuzz-inflight-")
+    return Path(os.environ[ENV_DIR])
+
+
+def _case_bytes(case) -> int:
+    return sum(t.numel() * t.element_size() for t in case.tensors().values())
+
+
+def _record(case, implementation, kernel_option, reason: str = "crashed") -> dict:
+    return {"op": implementation.op, "implementation": implementation.name, "kernel_option": kernel_option,
+            "summary": case.summary(), "reason": reason,
+            "case": case_to_json(case) if _case_bytes(case) <= MAX_RECORDED_BYTES else None}
+
+
+def in_worker() -> bool:
+    return os.environ.get("PYTEST_XDIST_WORKER") is not None
+
+
+@contextmanager
+def in_flight(case, implementation, kernel_option, *, timeout_s: float):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:  # no worker process to lose: nothing to record
+        yield
+        return
+    path = inflight_dir() / f"{worker}.json"
+    record = _record(case, implementation, kernel_option)
+    path.write_text(json.dumps(record))
+    timer = threading.Timer(timeout_s, _hang, args=(path, record, timeout_s))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        path.unlink(missing_ok=True)
+
+
+def _hang(path: Path, record: dict, timeout_s: float) -> None:
+    path.write_text(json.dumps({**record, "reason": f"timed out after {timeout_s:g} s"}))
+    os._exit(HANG_EXIT_CODE)  # the kernel holds the interpreter or the GPU; only the process can go
+
+
+def end_worker_after_device_fault(case, implementation, kernel_option, message: str) -> None:
+    """The kernel faulted the GPU: every later CUDA call of this worker would fail, so the worker
+    records the case as its in-flight crash and exits; the controller turns the record into a
+    verdict and a fixture (crashed_case_verdict) and xdist starts a fresh worker for the rest."""
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    first_line = message.strip().splitlines()[0] if message.strip() else "device fault"
+    record = _record(case, implementation, kernel_option, reason=f"device fault ({first_line[:300]})")
+    (inflight_dir() / f"{worker}.json").write_text(json.dumps(record))
+    os._exit(DEVICE_FAULT_EXIT_CODE)
+
+
+def crashed_case_verdict(config, report) -> dict | None:
+    """On the controller: the in-flight record of the worker that died, as a verdict + fixture."""
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+    if worker is None:
+        return None
+    path = inflight_dir() / f"{worker}.json"
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    path.unlink()
+    message = f"{record['reason']} on case: {record['summary']}"
+    out = {"op": record["op"], "implementation": record["implementation"], "message": message}
+    if record["case"] is not None:
+        from oracles.harness.failures import replay_command
+        case = case_from_json(record["case"])
+        root = Path(config.getoption("regressions_dir"))
+        fixture = write_fixture(root, case, {
+            "failure": {"checks": ["device-fault" if record["reason"].startswith("device fault")
+                                   else record["reason"].split()[0]], "message": message},
+            "kernel": {"name": record["implementation"], "path": record["kernel_option"], "sha256": ""},
+            "device": "unknown (the worker died)",
+        })
+        out["message"] += f"\nfixture: {fixture}\nreplay: {replay_command(fixture, None, record['kernel_option'], None, op=record['op'])}"
+    return out

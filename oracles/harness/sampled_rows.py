@@ -1,0 +1,48 @@
+"""Verdicts on a few rows of a case too large for the float64 oracle (beyond 2^31 elements).
+
+Both ops compute every token independently, so the kernel's output rows for tokens t1, t2, ...
+must equal what the op gives on a small case made of those tokens alone. The big case is built
+on the GPU, the kernel runs on all of it, and the verdict looks at the first and the last
+tokens -- the ones whose addresses need more than 32 bits. A raise is judged like any other
+(oracles/harness/differential.py refusal_check: the big case lies outside the judge domain, so a clean
+refusal is `unsupported`, a device fault a failure).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oracles.harness.differential import device_fault, device_fault_verdict, raised_message, refusal_check
+from oracles.ops import get_op
+from oracles.verdict import FAIL, Check, Verdict
+from strategies.case import BEYOND_INT32, Case
+
+
+def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
+                     judge_exact: bool = False) -> tuple[Case, Verdict]:
+    """(the small case of `rows`, labelled with the big shape; the verdict on those rows)."""
+    spec = get_op(op_name)
+    shape = "x".join(map(str, next(v for k, v in inputs.items() if k in spec.row_inputs).shape))
+    index = torch.tensor(rows, device="cuda")
+    small_inputs = {k: (v.index_select(0, index).cpu() if k in spec.row_inputs else
+                        v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    case = Case(op_name, small_inputs, frozenset({BEYOND_INT32}), f"rows {rows} of a [{shape}] input")
+    verdict = Verdict()
+    try:
+        raw = fn(**inputs)
+        torch.cuda.synchronize()
+    except Exception as e:  # judged against the big case's shape: that is what the kernel refused
+        if device_fault(e):
+            return case, device_fault_verdict(f"[{shape}] input: {raised_message(e)}")
+        verdict.add(refusal_check(op_name, Case(op_name, inputs), e, f"[{shape}] input: {raised_message(e)}"))
+        return case, verdict
+    raw = raw if isinstance(raw, tuple) else (raw,)
+    if len(raw) != len(spec.output_names):
+        verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(spec.output_names)}"))
+        return case, verdict
+    outputs = {name: out.index_select(0, index.to(out.device)).cpu() for name, out in zip(spec.output_names, raw)}
+    reference = dict(zip(spec.output_names, (lambda r: r if isinstance(r, tuple) else (r,))(
+        spec.reference(**case.to("cpu")))))
+    for check in spec.verdict_checks(case, outputs, reference, judge_exact=judge_exact):
+        verdict.add(check)
+    return case, verdict

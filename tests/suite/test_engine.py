@@ -1,0 +1,229 @@
+"""Long runs on HypoFuzz (oracles/tools/engine.py): the engine finds a deliberately wrong kernel and
+writes its fixture, on a directory database and on Redis; usage errors; the accuracy margin
+the properties hand to hypothesis.target()."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.control import current_build_context
+
+from oracles.submission.loader import bundled_implementations, file_sha256
+from oracles.tools import engine
+from oracles.harness.differential import RunOptions, run_case
+from oracles.verdict import FAIL, PASS, RISK, bounded_check
+from strategies.hc_head import hc_head_cases, judge_cases
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTANT = ROOT / "tests" / "mutants" / "hc_head" / "torch_fallback_small.py"  # MANIFEST: launch, any small case
+ENGINE_SECONDS = 240  # the longest the engine may take to find it; -x stops it at the failure
+
+
+def requires_hypofuzz():
+    pytest.importorskip("hypofuzz", reason=engine.INSTALL_HINT)
+
+
+def run_engine(tmp_path: Path, database: str, *, kernel: Path = MUTANT, seconds: float = ENGINE_SECONDS,
+               until_failure: bool = True) -> tuple[subprocess.CompletedProcess, Path]:
+    regressions = tmp_path / "regressions"
+    command = [sys.executable, "-m", "oracles.tools.engine", f"--kernel=hc_head={kernel}", "--workers", "1",
+               "--no-dashboard", "--seconds", str(seconds), f"--database={database}",
+               f"--regressions-dir={regressions}", f"--log-dir={tmp_path / 'logs'}", "--minimize-budget", "3"]
+    command += ["-x"] if until_failure else []
+    env = {k: v for k, v in os.environ.items() if k != engine.DATABASE_ENV}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=ENGINE_SECONDS + 240)
+    return done, regressions
+
+
+def assert_fixture_written(done: subprocess.CompletedProcess, regressions: Path, tmp_path: Path) -> None:
+    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((tmp_path / "logs").glob("*.log")))
+    assert done.returncode == 1, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}\n{logs}"
+    fixtures = sorted((regressions / "hc_head").glob("*.json"))
+    assert fixtures, f"no fixture under {regressions}\n{done.stdout}\n{logs}"
+    for path in fixtures:
+        meta = json.loads(path.read_text())
+        assert "launch" in meta["failure"]["checks"], meta["failure"]
+        assert meta["kernel"]["sha256"] == file_sha256(MUTANT)
+        assert meta["replay"] == (f"pytest --kernel=hc_head={MUTANT} --regressions-dir={regressions} "
+                                  f"tests/kernel/test_regressions.py -k {path.stem}")
+        assert f"fixture: {path}" in done.stdout and f"replay:  {meta['replay']}" in done.stdout, done.stdout
+    assert "test_kernel_agrees_with_oracle_and_reference[hc_head-torch_fallback_small.py]" in done.stdout
+
+
+def test_engine_writes_the_fixture_of_a_wrong_kernel(tmp_path):
+    """HypoFuzz fuzzes the mutant's property; its failure, replayed from the directory database,
+    becomes the minimized fixture the pytest tiers write, with its replay command."""
+    requires_hypofuzz()
+    done, regressions = run_engine(tmp_path, str(tmp_path / "db"))
+    assert_fixture_written(done, regressions, tmp_path)
+    # The campaign is in the database: HypoFuzz listed the test it fuzzed.
+    assert list(engine.example_database(str(tmp_path / "db")).fetch(engine.TEST_KEYS))
+
+
+def test_engine_on_redis(tmp_path):
+    """The several-hosts setting: every worker, the replay and the status read one Redis
+    (fakeredis's TCP server on the loopback stands in for it)."""
+    requires_hypofuzz()
+    fakeredis = pytest.importorskip("fakeredis", reason="the Redis test needs fakeredis: pip install -e .[test]")
+    server = fakeredis.TcpFakeServer(("127.0.0.1", 0), server_type="redis")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"redis://127.0.0.1:{server.server_address[1]}/0"
+        done, regressions = run_engine(tmp_path, url)
+        assert_fixture_written(done, regressions, tmp_path)
+        database = engine.example_database(url)
+        assert type(database).__name__ == "RedisExampleDatabase"
+        assert engine.failing_tests(database), "the failure HypoFuzz found is not in Redis"
+        rows = engine.campaign(database)
+        assert [r["nodeid"] for r in rows] == [
+            "tests/kernel/test_ops.py::test_kernel_agrees_with_oracle_and_reference[hc_head-torch_fallback_small.py]"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+SEGFAULT = """
+import ctypes
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0), mask=offs < n)
+
+
+def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    ctypes.string_at(0)  # stands in for a wild out-of-bounds store that kills the process: on every call,
+    y = torch.empty(x.shape[0], x.shape[2], dtype=x.dtype, device=x.device)  # before anything could raise
+    _copy[(1,)](x, y, 1, BLOCK=16)
+    return y
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="relies on a segfault")
+def test_a_worker_killed_by_its_kernel_is_started_again(tmp_path):
+    """A segfault kills the worker process; the engine says so, starts it again, and the run
+    fails (exit 1) though no failure could be stored."""
+    requires_hypofuzz()
+    kernel = tmp_path / "segfaults.py"
+    kernel.write_text(SEGFAULT)
+    done, _ = run_engine(tmp_path, str(tmp_path / "db"), kernel=kernel, seconds=40, until_failure=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "worker-0 died (exit code -11; a negative code is the signal): restarting it (1 of" in done.stdout, done.stdout
+    assert "worker-0: restarted" in done.stdout
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--workers", "0"], "--workers 0"),
+    (["--seconds", "0"], "--seconds 0"),
+    (["--replay-every", "-1"], "--replay-every -1"),
+    (["--port", "70000"], "--port 70000"),
+    (["--minimize-budget", "-2"], "--minimize-budget -2"),
+    (["--database", "ftp://host/db"], "--database 'ftp://host/db'"),
+    (["--kernel", "hc_head"], "--kernel 'hc_head'"),
+    (["--kernel", "no_such_op=x.py"], "unknown op 'no_such_op'"),
+    (["--kernel", "hc_head=does/not/exist.py"], "--kernel hc_head=does/not/exist.py: no such file"),
+    (["replay", "--database", "s3://bucket"], "--database 's3://bucket'"),
+])
+def test_usage_errors_are_one_line_naming_the_argument(argv, names, capsys):
+    assert engine.main(argv) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and names in err, err
+
+
+def test_without_hypofuzz_the_engine_says_how_to_install_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "hypofuzz", None)  # import hypofuzz now raises ImportError
+    assert engine.main(["--seconds", "1"]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install -e .[fuzz]" in err, err
+
+
+def test_database_spec(tmp_path, monkeypatch):
+    monkeypatch.delenv(engine.DATABASE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert engine.database_spec() == str(tmp_path / ".hypothesis" / "examples")  # Hypothesis's default place
+    monkeypatch.setenv(engine.DATABASE_ENV, "shared/db")
+    assert engine.database_spec() == str(tmp_path / "shared" / "db")
+    assert engine.database_spec("redis://fuzzhost:6379/2") == "redis://fuzzhost:6379/2"
+    pytest.importorskip("redis", reason="a Redis database needs the redis package: pip install -e .[fuzz]")
+    kwargs = engine.example_database("redis://fuzzhost:6379/2").redis.connection_pool.connection_kwargs
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("fuzzhost", 6379, 2)
+
+
+# The accuracy margin: what hypothesis.target() climbs.
+
+def _bounded(kernel, allowed, explained=None):
+    oracle = torch.zeros(len(kernel), dtype=torch.float64)
+    return bounded_check("accuracy", "y", torch.tensor(kernel, dtype=torch.float64), oracle, oracle,
+                         torch.tensor(allowed, dtype=torch.float64), explained=explained)
+
+
+def test_margin_is_the_worst_error_over_allowed_and_above_one_exactly_on_failure():
+    passing = _bounded([0.5, -0.25, 0.0], [1.0, 1.0, 0.0])
+    assert (passing.status, passing.margin) == (PASS, 0.5)
+    failing = _bounded([0.5, -3.0], [1.0, 2.0])
+    assert (failing.status, failing.margin) == (FAIL, 1.5)
+    nothing_allowed = _bounded([1e-30], [0.0])
+    assert nothing_allowed.status == FAIL and nothing_allowed.margin == sys.float_info.max
+    nan_and_inf = _bounded([float("nan"), float("inf"), 0.25], [1.0, 1.0, 1.0])  # specials' business
+    assert nan_and_inf.margin == 0.25
+    # Elements explained as a risk are not near-failures of the kernel: they leave the margin.
+    explained = _bounded([5.0, 0.75], [1.0, 1.0], explained={"degenerate": torch.tensor([True, False])})
+    assert (explained.status, explained.kind, explained.margin) == (RISK, "degenerate", 0.75)
+
+
+def test_margin_of_real_verdicts():
+    case = judge_cases("cpu")[0]
+    impl = bundled_implementations("hc_head")[0]
+    good = run_case("hc_head", impl.fn, case, RunOptions())
+    assert good.check("accuracy").status == PASS and 0 <= good.accuracy_margin() <= 1
+    from oracles.submission.loader import load_kernel
+    bad_impl = load_kernel("hc_head", ROOT / "tests" / "mutants" / "hc_head" / "sum_not_mean.py").implementations[0]
+    bad = run_case("hc_head", bad_impl.fn, case, RunOptions())
+    assert bad.check("accuracy").status == FAIL and bad.accuracy_margin() > 1
+
+
+@pytest.mark.parametrize("phases, targeted", [([Phase.generate, Phase.target], True),  # soak, the engine
+                                              ([Phase.generate], False)])  # ci, dev, gate
+def test_fuzz_targets_the_margin_where_the_settings_climb(phases, targeted, fuzz):
+    """Inside a drawn case whose settings have the target phase, Fuzz hands the verdict's margin to
+    hypothesis.target(); without it, and outside Hypothesis (the judge's cases and fixtures,
+    where target() would raise), nothing is called."""
+    impl = bundled_implementations("hc_head")[0]
+    seen = []
+
+    @settings(max_examples=3, database=None, derandomize=True, phases=phases,
+              suppress_health_check=list(HealthCheck), deadline=None)
+    @given(case=hc_head_cases(max_tokens=2, max_hidden=40))
+    def drawn(case):
+        verdict = fuzz.check(case, impl)
+        seen.append((verdict.accuracy_margin(), dict(current_build_context().data.target_observations)))
+
+    drawn()
+    assert any(margin is not None for margin, _ in seen), seen
+    for margin, observed in seen:
+        assert observed == ({"": margin} if targeted and margin is not None else {}), seen
+    assert fuzz.check(judge_cases("cpu")[0], impl).accuracy_margin() is not None
+
+
+@pytest.mark.parametrize("ci_env", ["true", None])
+def test_long_run_profiles_stay_random_whatever_the_environment(ci_env):
+    """With CI set, Hypothesis loads its derandomized built-in "ci" profile at import; profiles
+    registered under it inherited derandomize=True, and HypoFuzz then refused every test
+    ('sets_derandomize') so the engine fuzzed nothing. Only our own ci profile is derandomized."""
+    probe = ("from oracles.gate import profiles; from hypothesis import settings; "
+             "print({p: settings.get_profile(p).derandomize for p in ('ci', 'dev', 'gate', 'soak')})")
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci_env} if ci_env else {})
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == str({"ci": True, "dev": False, "gate": False, "soak": False})

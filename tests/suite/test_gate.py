@@ -1,0 +1,411 @@
+"""The pre-submission gate end to end, as a user runs it: `pytest --kernel OP=PATH` in a fresh
+process. A correct kernel passes with a schema-valid JSON report; a zip with a broken vendor
+file fails and names that file; a kernel that segfaults gets a verdict instead of taking the
+run down."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "oracles" / "gate" / "report.schema.json").read_text())
+HC_HEAD = ROOT / "kernels" / "hc_head.py"
+BROKEN = ROOT / "tests" / "mutants" / "hc_head" / "unwritten_tail.py"  # poison: tail never written
+
+
+def gate(tmp_path, *kernel_args, budget=8):
+    """Run the gate in a fresh pytest process; return (exit code, report, output)."""
+    report = tmp_path / "report.json"
+    args = [sys.executable, "-m", "pytest", *[f"--kernel={k}" for k in kernel_args],
+            "--hypothesis-profile", "ci", "--gate-budget", str(budget), "--gate-report", str(report),
+            "--regressions-dir", str(tmp_path / "regressions"), "--minimize-budget", "5",
+            "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "tests/kernel/test_regressions.py",
+            "tests/kernel/test_static_scan.py"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    data = json.loads(report.read_text()) if report.exists() else None
+    return done.returncode, data, done.stdout + done.stderr
+
+
+def test_correct_kernel_passes_with_schema_valid_report(tmp_path):
+    kernel = tmp_path / "my_hc_head.py"
+    shutil.copy(HC_HEAD, kernel)
+    code, report, out = gate(tmp_path, f"hc_head={kernel}")
+    assert code == 0, out[-3000:]
+    jsonschema.validate(report, SCHEMA)
+    assert report["verdict"] == "pass"
+    (impl,) = report["implementations"]
+    assert impl["implementation"] == "my_hc_head.py" and impl["examples"]["fuzz"] > 0
+    assert "tritonfuzz verdict" in out and "hc_head / my_hc_head.py: PASS" in out
+
+
+def test_zip_with_broken_vendor_file_fails_and_names_it(tmp_path):
+    archive = tmp_path / "submission.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(HC_HEAD, "hc_head.py")
+        z.write(BROKEN, "hc_head_metax.py")
+        z.writestr("notes.txt", "not a kernel")
+    code, report, out = gate(tmp_path, f"hc_head={archive}")
+    assert code != 0
+    jsonschema.validate(report, SCHEMA)
+    verdicts = {i["implementation"]: i["verdict"] for i in report["implementations"]}
+    assert verdicts == {"submission.zip:hc_head.py": "pass", "submission.zip:hc_head_metax.py": "fail"}, out[-3000:]
+    assert any("notes.txt" in n for i in report["implementations"] for n in i["notes"])
+    assert "hc_head / submission.zip:hc_head_metax.py: FAIL" in out
+
+
+SEGFAULT = textwrap.dedent('''
+    import ctypes
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0), mask=offs < n)
+
+
+    def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+        y = torch.empty(x.shape[0], x.shape[2], dtype=x.dtype, device=x.device)
+        _copy[(1,)](x, y, 1, BLOCK=16)
+        ctypes.string_at(0)  # stands in for a wild out-of-bounds store that kills the process
+        return y
+''')
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="relies on a segfault")
+def test_segfaulting_kernel_gets_a_verdict(tmp_path):
+    kernel = tmp_path / "crashy.py"
+    kernel.write_text(SEGFAULT)
+    code, report, out = gate(tmp_path, f"hc_head={kernel}", budget=5)
+    assert code != 0
+    jsonschema.validate(report, SCHEMA)
+    (impl,) = report["implementations"]
+    assert impl["verdict"] == "fail"
+    assert impl["crashes"] and impl["crashes"][0].startswith("crashed on case"), out[-3000:]
+    assert "fixture:" in impl["crashes"][0]
+
+
+def test_a_pass_resting_on_untrusted_cases_says_so():
+    """Cases the CPU interpreter could not judge do not fail the gate, but its table and report
+    must not present the PASS as if they had been checked."""
+    from collections import Counter
+
+    from oracles.gate.report import ImplementationSummary, render_table
+    summary = ImplementationSummary("hc_head", "k.py")
+    summary.checks["contract"] = Counter({"pass": 3, "untrusted": 2})
+    assert summary.verdict == "PASS"
+    assert "2 case(s) untrusted" in render_table(summary, 60)
+    assert any("2 case(s) untrusted" in n for n in summary.to_json(60)["notes"])
+    summary.checks["contract"] = Counter({"pass": 5})
+    assert "untrusted:" not in render_table(summary, 60) and not summary.to_json(60)["notes"]
+
+
+def test_tests_that_did_not_run_are_counted_with_their_reason_and_never_pass():
+    """The table and the report account for every test: ran, or why not. No test ran: NOT RUN;
+    the run stopped before some: INCOMPLETE; an error in a test's setup is the suite's: ERROR."""
+    from oracles.gate.report import DESELECTED, NEVER_STARTED, ImplementationSummary, render_table, report_json
+    nothing = ImplementationSummary("hc_head", "k.py", deselected=3)
+    assert nothing.verdict == "NOT RUN" and "tests: 0 of 3 ran; 3 did not run:" in render_table(nothing, None)
+    skipped = ImplementationSummary("hc_head", "k.py")
+    skipped.record_test("t::judge[big]", "setup", "passed")
+    skipped.record_test("t::judge[big]", "call", "skipped", "bench-size judge case: too slow")
+    assert skipped.verdict == "NOT RUN"
+
+    cut = ImplementationSummary("hc_head", "k.py", collected={"t::a", "t::b", "t::c"}, deselected=1)
+    cut.record_test("t::a", "call", "passed")
+    cut.record_test("t::b", "call", "skipped", "GPU only")
+    assert cut.verdict == "INCOMPLETE"
+    table = render_table(cut, None)
+    assert "k.py: INCOMPLETE" in table and "tests: 1 of 4 ran; 3 did not run:" in table
+    assert "    1 skipped: GPU only" in table and f"    1 {DESELECTED}" in table and f"    1 {NEVER_STARTED}" in table
+
+    setup = ImplementationSummary("hc_head", "k.py")
+    setup.record_test("t::a", "call", "passed")
+    setup.record_test("t::b", "setup", "failed", "RuntimeError: no device")
+    assert setup.verdict == "ERROR" and "1 error in setup: RuntimeError: no device" in render_table(setup, None)
+
+    ran = ImplementationSummary("hc_head", "k.py", collected={"t::a", "t::b"})
+    ran.record_test("t::a", "call", "passed")
+    ran.record_test("t::b", "???", "failed")  # a crashed worker's report: the test ran
+    assert ran.verdict == "PASS" and ran.tests_json() == {"collected": 2, "ran": 2, "not_run": []}
+
+    report = report_json([nothing, cut, setup, ran], device="cpu", profile="ci", budget_s=None)
+    jsonschema.validate(report, SCHEMA)
+    assert report["verdict"] == "error"
+    assert [i["verdict"] for i in report["implementations"]] == ["not run", "incomplete", "error", "pass"]
+    assert report_json([ran, nothing], device="cpu", profile="ci", budget_s=None)["verdict"] == "not run"
+
+
+# ---------------------------------------------------------------------------------------------
+# Severities end to end: unsupported passes (unless --strict), a refusal the judge meets fails, a
+# silent wrong answer outside the judge domain fails, and one run lists several distinct bugs.
+
+def wrapped(body: str) -> str:
+    """A kernel module that calls the bundled hc_head after `body` (the bug or the refusal)."""
+    return textwrap.dedent('''
+        import torch
+
+        from kernels.hc_head import hc_head as bundled
+
+
+        def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    ''') + textwrap.indent(textwrap.dedent(body), "    ") + textwrap.indent(
+        "return bundled(x=x, hc_fn=hc_fn, hc_scale=hc_scale, hc_base=hc_base, norm_eps=norm_eps, hc_eps=hc_eps)\n",
+        "    ")
+
+
+REFUSES_NON_BF16 = wrapped('''
+    if x.dtype != torch.bfloat16:
+        raise NotImplementedError(f"only bfloat16 x, got {x.dtype}")
+''')
+REFUSES_HC_MULT_2 = wrapped('''
+    assert x.shape[1] != 2, "hc_mult 2 is not supported"
+''')
+WRONG_IN_FLOAT16 = wrapped('''
+    if x.dtype == torch.float16:
+        hc_eps = hc_eps + 0.25  # silently wrong, and only where the judge never looks
+''')
+REFUSES_ODD_HIDDEN = wrapped('''
+    if x.shape[2] % 128:
+        raise ValueError(f"hidden must be a multiple of 128, got {x.shape[2]}")
+''')
+TWO_BUGS = wrapped('''
+    if x.shape[1] == 1:
+        hc_eps = hc_eps + 0.25  # bug 1: one stream, wrong gates (accuracy)
+    if x.dtype == torch.float16:
+        x = x.float()  # bug 2: float16 in, float32 out (contract)
+''')
+
+
+def test_severities_in_one_gate_run(tmp_path):
+    """A zip whose members are four kernels: each gets the verdict a kernel expert would give."""
+    archive = tmp_path / "submission.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("hc_head.py", REFUSES_NON_BF16)
+        z.writestr("hc_head_metax.py", REFUSES_HC_MULT_2)
+        z.writestr("hc_head_ascend.py", WRONG_IN_FLOAT16)
+        z.writestr("hc_head_enflame.py", TWO_BUGS)
+    code, report, out = gate(tmp_path, f"hc_head={archive}", budget=40)  # 3x what it needs on an idle CI machine; 12 s missed bugs under load
+    assert code != 0
+    jsonschema.validate(report, SCHEMA)
+    impls = {i["implementation"].split(":")[1]: i for i in report["implementations"]}
+    refuses = impls["hc_head.py"]
+    assert refuses["verdict"] == "pass", out[-4000:]
+    assert refuses["unsupported"] and len(refuses["unsupported"]) == 1
+    assert refuses["unsupported"][0]["input_class"].startswith("x.dtype"), refuses["unsupported"]
+    assert all(e["fixture"] and "NotImplementedError" in e["message"] for e in refuses["unsupported"])
+    assert refuses["checks"]["contract"]["unsupported"] > 0
+    assert "unsupported inputs" in out and "hc_head / submission.zip:hc_head.py: PASS" in out
+
+    judge_refused = impls["hc_head_metax.py"]
+    assert judge_refused["verdict"] == "fail" and judge_refused["judge_official"]["failed"] >= 1, out[-4000:]
+
+    wrong = impls["hc_head_ascend.py"]
+    assert wrong["verdict"] == "fail" and wrong["checks"]["accuracy"]["fail"] > 0, out[-4000:]
+
+    bugs = {f["bug"] for f in impls["hc_head_enflame.py"]["new_fixtures"]}
+    assert any(b.startswith("contract") for b in bugs) and any(b.startswith("accuracy") for b in bugs), bugs
+
+
+def test_strict_fails_unsupported_inputs(tmp_path):
+    """Nearly every drawn case has a hidden size the judge never sends: refused, and under
+    --strict the refusal fails the gate."""
+    kernel = tmp_path / "refuses.py"
+    kernel.write_text(REFUSES_ODD_HIDDEN)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--strict",
+                           "--hypothesis-profile", "ci", "--gate-budget", "8", "--gate-report", str(report),
+                           "--regressions-dir", str(tmp_path / "regressions"), "--minimize-budget", "2",
+                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    data = json.loads(report.read_text())
+    assert done.returncode != 0 and data["implementations"][0]["verdict"] == "fail", done.stdout[-3000:]
+    assert data["implementations"][0]["unsupported"]
+
+
+EXITS_ON_EVERY_CALL = textwrap.dedent('''
+    import os
+
+
+    def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+        os._exit(3)  # stands in for a kernel that kills its process on every call
+''')
+
+
+def test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test(tmp_path):
+    """Thirteen crashes (the property, 4 judge cases, 8 fixtures), more than the 4 restarts xdist
+    allows by default: every test still runs and gets a crash verdict."""
+    kernel = tmp_path / "exits.py"
+    kernel.write_text(EXITS_ON_EVERY_CALL)
+    regressions = tmp_path / "regressions"
+    shutil.copytree(ROOT / "tests" / "regressions" / "hc_head", regressions / "hc_head")
+    fixtures = len(list((regressions / "hc_head").glob("*.json")))
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--hypothesis-profile", "ci",
+                           "--gate-report", str(report), f"--regressions-dir={regressions}",
+                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "tests/kernel/test_regressions.py",
+                           "-k", "judge_cases or agrees or replays"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    data = json.loads(report.read_text())
+    (impl,) = data["implementations"]
+    assert done.returncode != 0 and impl["verdict"] == "fail"
+    assert len(impl["crashes"]) == 1 + 4 + fixtures, (len(impl["crashes"]), done.stdout[-2000:])
+    assert "maximum crashed workers reached" not in done.stdout + done.stderr
+
+
+SUITE_BUG_PLUGIN = textwrap.dedent('''
+    """Loaded with -p: makes tritonfuzz's own hc_head verdict raise, as a bug of the suite would."""
+    import oracles.ops.hc_head
+
+
+    def broken_verdict_checks(*args, **kwargs):
+        raise TypeError("unhashable type: 'dict' (a planted bug of the suite)")
+
+
+    oracles.ops.hc_head.verdict_checks = broken_verdict_checks
+''')
+
+
+def test_the_suites_own_error_is_not_a_verdict_on_the_kernel(tmp_path):
+    (tmp_path / "suite_bug.py").write_text(SUITE_BUG_PLUGIN)
+    kernel = tmp_path / "my_hc_head.py"
+    shutil.copy(HC_HEAD, kernel)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_bug", f"--kernel=hc_head={kernel}",
+                           "--hypothesis-profile", "ci", "--gate-budget", "5", "--gate-report", str(report),
+                           f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
+                           "tests/kernel/test_ops.py", "-k", "judge_cases"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    data = json.loads(report.read_text())
+    (impl,) = data["implementations"]
+    jsonschema.validate(data, SCHEMA)
+    assert done.returncode == 3, done.stdout[-3000:]
+    assert impl["verdict"] == "error" and data["verdict"] == "error"
+    assert impl["suite_errors"] and "the suite's error, not the kernel's" in impl["suite_errors"][0]
+    assert "TRITONFUZZ ERROR (the suite's, not the kernel's" in done.stdout
+    assert not impl["new_fixtures"]
+
+
+FAULTS_ON_SMALL_HIDDEN = textwrap.dedent('''
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_bundled_hc_head", {bundled!r})
+    _bundled = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_bundled)
+
+
+    def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+        if x.shape[2] == 128:  # what torch raises after a kernel's out-of-bounds access on a GPU
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return _bundled.hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
+''')
+
+
+@pytest.mark.parametrize("workers", ["1", "0"])
+def test_a_device_fault_is_a_verdict_and_the_gate_goes_on(tmp_path, workers):
+    """A GPU fault leaves the process's CUDA context unusable. In a worker (the gate's default)
+    the worker records the case and exits: the fault is a crash verdict with a fixture, and a
+    fresh worker runs the other judge cases. With -n 0 the faulting test fails and every later
+    test is counted as not run, with the reason; nothing else runs on the lost context."""
+    kernel = tmp_path / "faults.py"
+    kernel.write_text(FAULTS_ON_SMALL_HIDDEN.format(bundled=str(HC_HEAD)))
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "-n", workers,
+                           "--hypothesis-profile", "ci", "--gate-report", str(report),
+                           f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
+                           "tests/kernel/test_ops.py", "-k", "judge_cases"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert "INTERNALERROR" not in out, out[-3000:]
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, SCHEMA)
+    (impl,) = data["implementations"]
+    assert done.returncode == 1 and impl["verdict"] == "fail", out[-3000:]
+    judged = impl["judge_official"]
+    fixtures = list((tmp_path / "regressions" / "hc_head").glob("*.json"))
+    assert len(fixtures) == 1 and "device-fault" in fixtures[0].read_text()
+    if workers == "1":
+        assert len(impl["crashes"]) == 1 and impl["crashes"][0].startswith("device fault ("), impl["crashes"]
+        assert judged["passed"] == 3, judged  # the three other CPU judge cases ran in a fresh worker
+    else:
+        # 3 bench-size cases are GPU-only; the 3 others are not run on the lost context
+        assert judged["failed"] == 1 and judged["skipped"] == 6 and judged["passed"] == 0, judged
+        assert out.count("CUDA context is lost") >= 3, out[-3000:]
+
+
+ASKS_FOR_64_GIB = wrapped('''
+    scratch = torch.empty(8 * 2 ** 30, dtype=torch.float64)  # 64 GiB: more than the machine has
+''')
+PLANTED_FAULTS = textwrap.dedent('''
+    """Loaded with -p: an error in one test's setup, and a crash after another test ran, outside any
+    kernel call (heap corruption from an earlier call shows up that way)."""
+    import os
+
+
+    def pytest_runtest_setup(item):
+        if "hc_head_metax.py" in item.nodeid and "test_judge_cases" in item.nodeid and "T=1-" in item.nodeid:
+            raise RuntimeError("planted setup error")
+
+
+    def pytest_runtest_teardown(item, nextitem):
+        if "hc_head_metax.py" in item.nodeid and "test_static_rules" in item.nodeid:
+            os._exit(9)
+''')
+
+
+def test_every_test_is_accounted_for_and_a_memory_hog_fails_without_taking_the_run_down(tmp_path):
+    """One zip, three members, one gate run: a member that asks for 64 GiB fails its case with a
+    verdict naming the allocation and the limit, and the run goes on; a member whose test crashes
+    its worker outside any kernel call has the crash charged to it, and its test that errored in
+    setup counted with the error; a member whose tests were all deselected is NOT RUN."""
+    archive = tmp_path / "sub.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("hc_head.py", ASKS_FOR_64_GIB)
+        z.write(HC_HEAD, "hc_head_metax.py")
+        z.write(HC_HEAD, "hc_head_ascend.py")
+    (tmp_path / "planted_faults.py").write_text(PLANTED_FAULTS)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "planted_faults", f"--kernel=hc_head={archive}",
+                           "--hypothesis-profile", "ci", "--gate-report", str(report), "--minimize-budget", "1",
+                           f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
+                           "tests/kernel/test_ops.py", "tests/kernel/test_static_scan.py",
+                           "-k", "(judge_cases and 128 or static_rules) and not ascend"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    out = done.stdout + done.stderr
+    data = json.loads(report.read_text())
+    jsonschema.validate(data, SCHEMA)
+    impls = {i["implementation"].split(":")[1]: i for i in data["implementations"]}
+    assert done.returncode == 1 and "INTERNALERROR" not in out, out[-3000:]
+    assert {name: i["verdict"] for name, i in impls.items()} == \
+        {"hc_head.py": "fail", "hc_head_metax.py": "fail", "hc_head_ascend.py": "not run"}, out[-3000:]
+
+    hog = impls["hc_head.py"]
+    assert hog["checks"]["contract"]["fail"] >= 1 and hog["tests"]["ran"] == 2
+    assert "AllocationLimitError: torch.empty([8589934592], torch.float64) at hc_head.py:" in out
+    assert "68719476736 bytes (64.0 GiB)" in out and "past the per-call limit of 1073741824 bytes (1.0 GiB)" in out
+
+    crashed = impls["hc_head_metax.py"]
+    (crash,) = crashed["crashes"]
+    assert crash.startswith("crashed while running tests/kernel/test_static_scan.py::test_static_rules[") and \
+        "outside a kernel call" in crash, crash
+    not_run = {e["reason"]: e["count"] for e in crashed["tests"]["not_run"]}
+    assert crashed["tests"]["ran"] == 1 and not_run == {
+        "error in setup: RuntimeError: planted setup error": 1,
+        "skipped: bench-size judge case: too slow under the CPU interpreter; runs natively on a GPU": 1,
+        "deselected (-k, -m or --deselect)": 7}, not_run  # the property, 5 judge cases, beyond-2^31
+
+    assert impls["hc_head_ascend.py"]["tests"] == {
+        "collected": 10, "ran": 0, "not_run": [{"reason": "deselected (-k, -m or --deselect)", "count": 10}]}
+    assert "hc_head / sub.zip:hc_head_ascend.py: NOT RUN" in out and ": PASS" not in out

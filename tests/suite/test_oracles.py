@@ -1,0 +1,498 @@
+"""The oracles are tested themselves: oracle64 against the task reference on ordinary inputs
+(the float32 reference must sit inside the accuracy bound, which proves the bound is not too
+tight for a correct float32 computation) and against mpmath at 50 digits on tiny cases."""
+
+import mpmath
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oracles.ops import hc_head as hc_oracle
+from strategies.hc_head import hc_head_cases, judge_cases
+
+mpmath.mp.dps = 50
+
+
+@given(case=hc_head_cases(min_tokens=1, max_tokens=4, max_hidden=300))
+@settings(max_examples=60)
+def test_hc_head_reference_within_bound_of_oracle64(case):
+    """The task's float32 reference is a correct float32 evaluation: it passes the accuracy
+    check, except on degenerate tokens (its own normalizer over- or underflows), which are a
+    risk of that kind -- never a failure, and never `ftz` (the CPU reference keeps subnormals)."""
+    ref = hc_oracle.reference(**case.inputs)
+    checks = {c.name: c for c in hc_oracle.verdict_checks(case, {"y": ref}, {"y": ref})}
+    accuracy = checks["accuracy"]
+    assert accuracy.status == "pass" or (accuracy.status == "risk" and accuracy.kind == "degenerate"), str(accuracy)
+
+
+@pytest.mark.parametrize("case", judge_cases()[:4], ids=lambda c: c.label)
+def test_hc_head_oracle64_matches_reference_on_judge_cases(case):
+    ref = hc_oracle.reference(**case.inputs)
+    checks = {c.name: c for c in hc_oracle.verdict_checks(case, {"y": ref}, {"y": ref})}
+    assert checks["accuracy"].status == "pass", checks["accuracy"].message
+    assert checks["specials"].status == "pass", checks["specials"].message
+
+
+def mp_hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    T, h, H = x.shape
+    K = h * H
+    out = []
+    for t in range(T):
+        f = [mpmath.mpf(float(v)) for v in x[t].reshape(-1).tolist()]
+        r = 1 / mpmath.sqrt(sum(v * v for v in f) / K + mpmath.mpf(norm_eps))
+        pre = []
+        for j in range(h):
+            m = r * sum(mpmath.mpf(float(w)) * v for w, v in zip(hc_fn[j].tolist(), f))
+            z = m * mpmath.mpf(float(hc_scale[0])) + mpmath.mpf(float(hc_base[j]))
+            pre.append(1 / (1 + mpmath.exp(-z)) + mpmath.mpf(hc_eps))
+        out.append([sum(pre[j] * mpmath.mpf(float(x[t, j, d])) for j in range(h)) for d in range(H)])
+    return out
+
+
+@given(case=hc_head_cases(min_tokens=1, max_tokens=2, max_hc_mult=3, max_hidden=9, dtypes=(torch.float32,)))
+@settings(max_examples=30)
+def test_hc_head_oracle64_against_mpmath(case):
+    """float64 keeps ~1e-12 relative accuracy on finite tiny cases (mixture of scales)."""
+    o = hc_oracle.oracle64(**case.inputs)
+    if not bool(o.y.isfinite().all()):
+        return  # specials: the float64 oracle defines no value to compare here
+    exact = mp_hc_head(**case.inputs)
+    for t, row in enumerate(exact):
+        for d, v in enumerate(row):
+            got = o.y[t, d].item()
+            scale = float(sum(abs(o.pre[t, j].item() * case.inputs["x"][t, j, d].item())
+                              for j in range(o.pre.shape[1])))
+            assert abs(got - float(v)) <= 1e-12 * scale + 1e-300, (t, d, got, float(v))
+
+
+# =============================================================================================
+# sigmoid_gate_topk_renorm (sgtr): the reference passes its own tie-aware verdict (the bounds
+# are not too tight), the float64 oracle agrees with mpmath, the indices check accepts every
+# order among ties and rejects a skipped larger score, NaN ranks as in torch.topk, and the
+# accuracy bound is not so loose that a wrong weight passes.
+
+import itertools  # noqa: E402
+import math  # noqa: E402
+
+from oracles.ops import sigmoid_gate_topk_renorm as sgtr_oracle  # noqa: E402
+from oracles.verdict import Verdict  # noqa: E402
+from strategies.sigmoid_gate_topk_renorm import build_case as sgtr_case  # noqa: E402
+from strategies.sigmoid_gate_topk_renorm import judge_cases as sgtr_judge_cases  # noqa: E402
+from strategies.sigmoid_gate_topk_renorm import sigmoid_gate_topk_renorm_cases  # noqa: E402
+
+sgtr = pytest.mark.sigmoid_gate_topk_renorm
+
+
+def sgtr_checks(case, indices=None, *, outputs=None, judge_exact=False):
+    """The verdict for outputs that follow the float32 reference on `indices` (default: the
+    reference's own choice), as {check name: Check}."""
+    reference = dict(zip(sgtr_oracle.OUTPUT_NAMES, sgtr_oracle.reference(**case.inputs)))
+    if outputs is None:
+        idx = reference["indices"] if indices is None else torch.tensor(indices, dtype=torch.int32)
+        routed_w, shared_w = sgtr_oracle.weights_float32(case.inputs["logits"], idx, case.inputs["n_shared_experts"],
+                                                         case.inputs["route_scale"], case.inputs["global_scale"])
+        outputs = {"routed_w": routed_w, "indices": idx, "shared_w": shared_w}
+    checks = sgtr_oracle.verdict_checks(case, outputs, reference, judge_exact=judge_exact)
+    return {c.name: c for c in checks}, Verdict(checks)
+
+
+def scores_case(bias, *, logits=None, k, S=0, dtype=torch.float32):
+    """One token whose selection scores are sigmoid(logits) + bias (logits default to 0: sel = 0.5 + bias)."""
+    N = len(bias)
+    x = torch.zeros(1, N + S) if logits is None else torch.tensor([logits + [0.0] * S])
+    return sgtr_case(logits=x.to(dtype), k=k, n_shared_experts=S, bias=torch.tensor(bias, dtype=torch.float32))
+
+
+@sgtr
+@given(case=sigmoid_gate_topk_renorm_cases(max_tokens=4, max_experts=70))
+@settings(max_examples=80)
+def test_sgtr_reference_passes_its_own_verdict(case):
+    """The task's float32 reference is a correct float32 evaluation: its indices are a valid top-k
+    within the score tolerance and its weights sit inside the accuracy bound (ties, NaN, inf,
+    huge logits, every bias kind and layout included)."""
+    checks, verdict = sgtr_checks(case)
+    assert not verdict.failures(judge_exact=True), verdict.render()
+    assert checks["indices"].status == "pass"
+
+
+@sgtr
+@pytest.mark.parametrize("case", sgtr_judge_cases()[:4], ids=lambda c: c.label)
+def test_sgtr_reference_passes_on_judge_cases(case):
+    checks, verdict = sgtr_checks(case)
+    assert all(c.status == "pass" for c in checks.values()), verdict.render()
+
+
+@sgtr
+def test_sgtr_reference_passes_where_float32_sigmoid_underflows():
+    """Every active logit near -100: float32 sigmoids are 0 or subnormal (0/0 = NaN on the CPU) while
+    float64 has finite weights: ambiguous by design, never a failure either way."""
+    case = sgtr_case(logits=torch.tensor([[-100.0, -101.0, -99.0, -100.5]]), k=2, n_shared_experts=1,
+                     bias=torch.zeros(3))
+    checks, verdict = sgtr_checks(case)
+    assert not verdict.failures(), verdict.render()
+    finite = sgtr_oracle.weights64(case.inputs["logits"], torch.tensor([[2, 0]]), 1, 1.0, torch.tensor(1.0))
+    outputs = {"routed_w": finite.w[:, :2].float(), "indices": torch.tensor([[2, 0]], dtype=torch.int32),
+               "shared_w": finite.w[:, 2:].float()}
+    checks, verdict = sgtr_checks(case, outputs=outputs)
+    assert not verdict.failures(), verdict.render()
+
+
+def mp_sigmoid(x: float):
+    if math.isinf(x):
+        return mpmath.mpf(1 if x > 0 else 0)
+    return 1 / (1 + mpmath.exp(-mpmath.mpf(x)))
+
+
+@sgtr
+@given(case=sigmoid_gate_topk_renorm_cases(min_tokens=1, max_tokens=2, max_experts=9, max_shared=3,
+                                           dtypes=(torch.float32,)))
+@settings(max_examples=40)
+def test_sgtr_oracle64_against_mpmath(case):
+    """Scores and weights (given the float64 top-k) keep ~1e-13 accuracy on tiny cases. Rows where
+    float64 itself underflows (a sum of sigmoids below 1e-290) or a logit is NaN are left out."""
+    a = case.inputs
+    scores, idx, o = sgtr_oracle.oracle64(**a)
+    x, bias = a["logits"].double(), a["bias"].double()
+    T, E = x.shape
+    N = E - a["n_shared_experts"]
+    for t in range(T):
+        if bool(x[t].isnan().any()) or not float(o.total[t]) > 1e-290:
+            continue
+        for e in range(N):
+            exact = mp_sigmoid(float(x[t, e])) + mpmath.mpf(float(bias[e]))
+            assert abs(float(scores.sel[t, e]) - float(exact)) <= 1e-15 * (1 + abs(float(bias[e]))), (t, e)
+        lanes = idx[t].tolist() + list(range(N, E))
+        p = [mp_sigmoid(float(x[t, e])) for e in lanes]
+        total = sum(p)
+        for j, pj in enumerate(p):
+            exact = pj / total * mpmath.mpf(o.scale)
+            assert abs(float(o.w[t, j]) - float(exact)) <= 1e-13 * abs(o.scale) + 1e-300, (t, j, float(o.w[t, j]), float(exact))
+
+
+# sel = 0.5 + bias: scores [1.5, 3.5, 3.5, 2.5, 3.5, 0.5] -- the design card's [1, 3, 3, 2, 3, 0]
+TIED = [1.0, 3.0, 3.0, 2.0, 3.0, 0.0]
+
+
+@sgtr
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_sgtr_indices_accept_any_order_among_exact_ties(k):
+    case = scores_case(TIED, k=k)
+    for choice in itertools.permutations([1, 2, 4], k):
+        checks, verdict = sgtr_checks(case, [list(choice)])
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+        assert checks["accuracy"].status == "pass", (choice, checks["accuracy"].message)
+        expected = "pass" if list(choice) == sgtr_oracle.reference(**case.inputs)[1][0].tolist() else "risk"
+        assert checks["judge"].status == expected, (choice, checks["judge"])
+        if expected == "risk":
+            assert "row 0" in checks["judge"].message and "exact tie" in checks["judge"].message
+            assert [c.name for c in verdict.failures(judge_exact=True)] == ["judge"]
+            assert not verdict.failures()
+
+
+@sgtr
+@pytest.mark.parametrize("choice, why", [
+    ([[1, 3]], "skipped"),            # 2.5 chosen while 3.5 (lanes 2, 4) is left out
+    ([[3, 1]], "skipped"),
+    ([[1, 0]], "skipped"),
+    ([[1, 1]], "repeated"),
+    ([[1, 6]], "outside"),            # a padding lane
+    ([[-1, 1]], "outside"),
+])
+def test_sgtr_indices_reject_a_skipped_larger_score(choice, why):
+    case = scores_case(TIED, k=2)
+    reference = dict(zip(sgtr_oracle.OUTPUT_NAMES, sgtr_oracle.reference(**case.inputs)))
+    outputs = {**reference, "indices": torch.tensor(choice, dtype=torch.int32)}
+    checks, verdict = sgtr_checks(case, outputs=outputs)
+    assert checks["indices"].status == "fail" and why in checks["indices"].message, checks["indices"]
+    assert checks["judge"].status == "fail"
+
+
+@sgtr
+def test_sgtr_indices_reject_an_ascending_order():
+    case = scores_case(TIED, k=4)
+    checks, _ = sgtr_checks(case, [[3, 1, 2, 4]])
+    assert checks["indices"].status == "fail" and "descending" in checks["indices"].message
+    checks, _ = sgtr_checks(case, [[4, 1, 2, 3]])
+    assert checks["indices"].status == "pass", checks["indices"].message
+
+
+@sgtr
+def test_sgtr_indices_accept_either_order_within_float32_rounding():
+    """Two scores one float32 ulp apart: a kernel whose sigmoid is one ulp off may swap them."""
+    b = 0.25
+    up = float(torch.nextafter(torch.tensor(0.5 + b), torch.tensor(2.0)) - 0.5)  # sel one ulp above 0.75
+    case = scores_case([b, up, -1.0], k=2)
+    assert sgtr_oracle.reference(**case.inputs)[1].tolist() == [[1, 0]]
+    for choice in ([[1, 0]], [[0, 1]]):
+        checks, _ = sgtr_checks(case, choice)
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+    checks, _ = sgtr_checks(case, [[0, 1]])
+    assert checks["judge"].status == "risk" and "within float32 rounding" in checks["judge"].message
+    checks, _ = sgtr_checks(case, [[0, 2]])
+    assert checks["indices"].status == "fail"
+
+
+@sgtr
+def test_sgtr_nan_ranks_above_every_number_as_in_torch_topk():
+    nan, inf = math.nan, math.inf
+    case = scores_case([0.0] * 5, logits=[1.0, nan, 3.0, nan, inf], k=3)
+    ref = sgtr_oracle.reference(**case.inputs)[1][0].tolist()
+    assert set(ref[:2]) == {1, 3} and ref[2] == 4  # torch.topk: the NaN lanes first, then +inf
+    checks, verdict = sgtr_checks(case)
+    assert checks["indices"].status == "pass", checks["indices"].message
+    assert checks["judge"].status == "skip", checks["judge"]  # NaN weights: the judge never draws these
+    for choice in ([[3, 1, 4]], [[1, 3, 4]]):
+        checks, _ = sgtr_checks(case, choice)
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+    for choice in ([[1, 4, 3]], [[4, 1, 3]], [[1, 4, 2]]):
+        checks, _ = sgtr_checks(case, choice)
+        assert checks["indices"].status == "fail" and "NaN" in checks["indices"].message, (choice, checks["indices"])
+
+
+@sgtr
+def test_sgtr_nan_weights_follow_the_kernels_own_choice():
+    """NaN logits in unchosen lanes leave the weights finite; a chosen or shared NaN makes the row NaN."""
+    case = scores_case([5.0, 0.0, 0.0], logits=[1.0, math.nan, 2.0], k=1, S=1)
+    reference = dict(zip(sgtr_oracle.OUTPUT_NAMES, sgtr_oracle.reference(**case.inputs)))
+    assert reference["indices"].tolist() == [[1]] and reference["routed_w"].isnan().all()
+    bad = {**reference, "routed_w": torch.zeros(1, 1), "shared_w": torch.ones(1, 1)}
+    checks, _ = sgtr_checks(case, outputs=bad)
+    assert checks["specials"].status == "fail" and "NaN placement" in checks["specials"].message
+
+
+@sgtr
+@pytest.mark.parametrize("dtype, eps_off", [(torch.bfloat16, 3), (torch.float16, 3), (torch.float32, 32)])
+def test_sgtr_accuracy_bound_is_not_loose(dtype, eps_off):
+    """A weight a few output ulps off fails accuracy: in bf16/fp16 the bound is about 1 ulp; in
+    float32 the worst-case rounding bound is 12-19 eps on the judge's cases (the reference's own
+    error is under 2 eps), 30 times sharper than the judge's 1e-4."""
+    case = sgtr_judge_cases()[0]
+    case = case.with_inputs(logits=case.inputs["logits"].float().to(dtype))
+    reference = dict(zip(sgtr_oracle.OUTPUT_NAMES, sgtr_oracle.reference(**case.inputs)))
+    w = reference["routed_w"].clone()
+    w[0, 0] = (w[0, 0].double() * (1 + eps_off * torch.finfo(dtype).eps)).to(dtype)
+    checks, _ = sgtr_checks(case, outputs={**reference, "routed_w": w})
+    assert checks["accuracy"].status == "fail" and "routed_w[0, 0]" in checks["accuracy"].message, checks["accuracy"]
+
+
+@sgtr
+def test_sgtr_underflowing_row_is_an_ftz_risk_not_a_failure():
+    """Every active logit in (-103, -87): float32 sigmoids are subnormal, so the CPU reference has
+    finite weights while a GPU kernel that flushes subnormals gets 0/0 = NaN. Both are float32
+    evaluations of the same row: specials and the judge report an `ftz` risk, nothing fails."""
+    case = sgtr_case(logits=torch.tensor([[-88.0, -88.5, -95.0, -88.25]]), k=2, n_shared_experts=1,
+                     bias=torch.zeros(3))
+    reference = dict(zip(sgtr_oracle.OUTPUT_NAMES, sgtr_oracle.reference(**case.inputs)))
+    assert bool(reference["routed_w"].isfinite().all())
+    flushed = {**reference, "routed_w": torch.full((1, 2), math.nan), "shared_w": torch.full((1, 1), math.nan)}
+    checks, verdict = sgtr_checks(case, outputs=flushed)
+    assert not verdict.failures(), verdict.render()
+    assert checks["judge"].status == "risk" and checks["judge"].kind == "ftz" and "FLT_MIN" in checks["judge"].message
+    assert checks["specials"].status == "risk" and checks["specials"].kind == "ftz", checks["specials"]
+    # A weight no normalized q in [0, 1] gives is still a failure on the same row.
+    wrong = {**flushed, "routed_w": torch.tensor([[2.0, math.nan]])}
+    checks, verdict = sgtr_checks(case, outputs=wrong)
+    assert checks["accuracy"].status == "fail" or checks["specials"].status == "fail", verdict.render()
+
+
+# =============================================================================================
+# gate_topk: the reference passes its own tie-aware verdict, the float64 oracle agrees with a
+# plain Python sort (NaN first, ties and +-0.0 by column), the indices check accepts every order
+# among equal values and rejects a skipped larger value, a repeated or outside column and an
+# ascending order, and the values must be the elements themselves.
+
+from oracles.ops import gate_topk as gt_oracle  # noqa: E402
+from strategies.gate_topk import build_case as gt_case  # noqa: E402
+from strategies.gate_topk import gate_topk_cases  # noqa: E402
+from strategies.gate_topk import judge_cases as gt_judge_cases  # noqa: E402
+
+gt = pytest.mark.gate_topk
+
+
+def gt_checks(case, indices=None, *, outputs=None, judge_exact=False):
+    """The verdict for outputs whose values are x at `indices` (default: the reference's own
+    choice), as ({check name: Check}, Verdict)."""
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    if outputs is None:
+        idx = reference["indices"] if indices is None else torch.tensor(indices, dtype=torch.int32)
+        outputs = {"values": case.inputs["x"].gather(1, idx.long()), "indices": idx}
+    checks = gt_oracle.verdict_checks(case, outputs, reference, judge_exact=judge_exact)
+    return {c.name: c for c in checks}, Verdict(checks)
+
+
+def row_case(values, *, k, dtype=torch.float32):
+    return gt_case(x=torch.tensor([values], dtype=torch.float64).to(dtype), k=k)
+
+
+@gt
+@given(case=gate_topk_cases(max_rows=4, max_cols=70))
+@settings(max_examples=80)
+def test_gate_topk_reference_passes_its_own_verdict(case):
+    """torch.topk is a correct top-k: its indices are valid and its values exact on every drawn
+    case (ties, NaN of either sign, +-inf, +-0.0, floors, every dtype and layout); with its own
+    indices the judge is never a tie risk, so --judge-exact passes too."""
+    checks, verdict = gt_checks(case)
+    assert not verdict.failures(judge_exact=True), verdict.render()
+    assert checks["indices"].status == "pass" and checks["accuracy"].status == "pass"
+
+
+@gt
+@pytest.mark.parametrize("case", gt_judge_cases()[:4], ids=lambda c: c.label)
+def test_gate_topk_reference_passes_on_judge_cases(case):
+    checks, verdict = gt_checks(case)
+    assert all(c.status == "pass" for c in checks.values()), verdict.render()
+
+
+def python_order(row: list[float]) -> list[int]:
+    """torch.topk's order by hand: NaN (any sign) first, then larger values, equal values (and
+    -0.0 with +0.0) by column."""
+    return sorted(range(len(row)), key=lambda j: (not math.isnan(row[j]), -row[j] if not math.isnan(row[j]) else 0, j))
+
+
+@gt
+@given(case=gate_topk_cases(min_rows=1, max_rows=3, max_cols=40))
+@settings(max_examples=60)
+def test_gate_topk_oracle64_against_a_python_sort(case):
+    x, k = case.inputs["x"], case.inputs["k"]
+    o = gt_oracle.oracle64(x, k)
+    for m, row in enumerate(x.double().tolist()):
+        expected = python_order(row)[:k]
+        assert o.indices[m].tolist() == expected, (m, row, o.indices[m].tolist(), expected)
+        got = o.values[m].tolist()
+        assert all((math.isnan(a) and math.isnan(row[j])) or a == row[j] for a, j in zip(got, expected))
+
+
+# [1, 3, 3, 2, 3, 0]: the design card's scores; torch.topk orders the three 3s differently on
+# the CPU ([2, 4] for k = 2) and on an H200 ([2, 1])
+TIED = [1.0, 3.0, 3.0, 2.0, 3.0, 0.0]
+
+
+@gt
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_gate_topk_indices_accept_any_order_among_exact_ties(k):
+    case = row_case(TIED, k=k)
+    reference = gt_oracle.reference(**case.inputs)[1][0].tolist()
+    for choice in itertools.permutations([1, 2, 4], k):
+        checks, verdict = gt_checks(case, [list(choice)])
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+        assert checks["accuracy"].status == "pass", (choice, checks["accuracy"].message)
+        expected = "pass" if list(choice) == reference else "risk"
+        assert checks["judge"].status == expected, (choice, checks["judge"])
+        if expected == "risk":
+            assert checks["judge"].kind == "tie" and "equal values" in checks["judge"].message
+            rule = "follows" if list(choice) == [1, 2, 4][:k] else "does not follow"
+            assert f"{rule} the task's smaller-column-first rule" in checks["judge"].message
+            assert [c.name for c in verdict.failures(judge_exact=True)] == ["judge"]
+            assert not verdict.failures()
+
+
+@gt
+@pytest.mark.parametrize("choice, why", [
+    ([[1, 3]], "left out"),           # 2 chosen while the 3s of columns 2 and 4 are left out
+    ([[3, 1]], "left out"),
+    ([[1, 0]], "left out"),
+    ([[1, 1]], "repeated"),
+    ([[1, 6]], "outside"),            # a padding column
+    ([[-1, 1]], "outside"),
+])
+def test_gate_topk_indices_reject_a_skipped_larger_value(choice, why):
+    case = row_case(TIED, k=2)
+    x = case.inputs["x"]
+    idx = torch.tensor(choice, dtype=torch.int32)
+    values = x.gather(1, idx.long().clamp(0, x.shape[1] - 1))
+    checks, _ = gt_checks(case, outputs={"values": values, "indices": idx})
+    assert checks["indices"].status == "fail" and why in checks["indices"].message, checks["indices"]
+    assert checks["judge"].status == "fail"
+
+
+@gt
+def test_gate_topk_indices_reject_an_ascending_order():
+    case = row_case(TIED, k=4)
+    checks, _ = gt_checks(case, [[3, 1, 2, 4]])
+    assert checks["indices"].status == "fail" and "descending" in checks["indices"].message
+    checks, _ = gt_checks(case, [[4, 1, 2, 3]])
+    assert checks["indices"].status == "pass", checks["indices"].message
+
+
+@gt
+def test_gate_topk_nan_of_either_sign_ranks_first_in_any_order():
+    nan, inf = math.nan, math.inf
+    x = torch.tensor([[1.0, nan, 3.0, -nan, inf]])
+    assert torch.signbit(x[0, 3]) and x[0, 3].isnan()
+    case = gt_case(x=x, k=3)
+    ref = gt_oracle.reference(**case.inputs)[1][0].tolist()
+    assert set(ref[:2]) == {1, 3} and ref[2] == 4  # torch.topk: both NaNs first, then +inf
+    checks, _ = gt_checks(case)
+    assert checks["indices"].status == "pass" and checks["judge"].status == "skip", checks
+    for choice in ([[3, 1, 4]], [[1, 3, 4]]):
+        checks, _ = gt_checks(case, choice)
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+    for choice in ([[1, 4, 3]], [[4, 1, 3]], [[1, 4, 2]]):
+        checks, _ = gt_checks(case, choice)
+        assert checks["indices"].status == "fail" and "NaN" in checks["indices"].message, (choice, checks["indices"])
+
+
+@gt
+def test_gate_topk_signed_zeros_are_a_tie():
+    """-0.0 == +0.0: either zero may come first, and a zero of the other sign as a value passes
+    (torch.topk itself returns them in either order)."""
+    case = row_case([-0.0, 0.0, -0.0, 0.0, -1.0], k=2)
+    for choice in ([[0, 1]], [[1, 3]], [[2, 0]], [[3, 2]]):
+        checks, verdict = gt_checks(case, choice)
+        assert not verdict.failures(), (choice, verdict.render())
+    flipped = {"values": torch.tensor([[0.0, 0.0]]), "indices": torch.tensor([[0, 2]], dtype=torch.int32)}
+    checks, verdict = gt_checks(case, outputs=flipped)
+    assert not verdict.failures(), verdict.render()
+
+
+@gt
+def test_gate_topk_a_row_of_neg_inf_is_chosen_once_each():
+    case = row_case([5.0, -math.inf, -math.inf, -math.inf], k=3)
+    checks, verdict = gt_checks(case, [[0, 2, 1]])
+    assert not verdict.failures(), verdict.render()
+    checks, _ = gt_checks(case, [[0, 1, 0]])  # a retired lane picked again (a -inf value sentinel)
+    assert checks["indices"].status == "fail" and "repeated" in checks["indices"].message
+
+
+@gt
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gate_topk_values_must_be_the_elements_themselves(dtype):
+    """The bound is 0: one ulp off, or a neighbour's value with valid indices, fails accuracy."""
+    case = gt_judge_cases()[0]
+    case = case.with_inputs(x=case.inputs["x"].to(dtype))
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    off = reference["values"].clone()
+    off[0, 3] = torch.nextafter(off[0, 3].float(), torch.tensor(2.0)).to(dtype) if dtype == torch.float32 else \
+        (off[0, 3].float() * (1 + torch.finfo(dtype).eps)).to(dtype)
+    assert off[0, 3] != reference["values"][0, 3]
+    checks, _ = gt_checks(case, outputs={**reference, "values": off})
+    assert checks["accuracy"].status == "fail" and "values[0, 3]" in checks["accuracy"].message, checks["accuracy"]
+    swapped = reference["values"].clone()
+    swapped[0, [2, 3]] = swapped[0, [3, 2]]
+    checks, _ = gt_checks(case, outputs={**reference, "values": swapped})
+    assert checks["accuracy"].status == "fail" and checks["indices"].status == "pass"
+
+
+@gt
+def test_gate_topk_contract_wants_int32_indices_and_the_input_dtype():
+    case = gt_judge_cases()[0]
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    checks, _ = gt_checks(case, outputs={**reference, "indices": reference["indices"].long()})
+    assert checks["contract"].status == "fail" and "int32" in checks["contract"].message
+    bf16 = case.with_inputs(x=case.inputs["x"].to(torch.bfloat16))
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**bf16.inputs)))
+    checks, _ = gt_checks(bf16, outputs={**reference, "values": reference["values"].float()})
+    assert checks["contract"].status == "fail" and "bfloat16" in checks["contract"].message
+
+
+@gt
+def test_gate_topk_judge_domain():
+    for case in gt_judge_cases():
+        assert not gt_oracle.judge_domain_violations(case), (case.label, gt_oracle.judge_domain_violations(case))
+    case = gt_judge_cases()[1]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=case.inputs["x"].half())) == ["x.dtype=float16"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=case.inputs["x"][:, ::2])) == ["x.layout=strided"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(k=33)) == ["k=33"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=case.inputs["x"][:0])) == ["M=0"]
+    assert gt_oracle.judge_domain_violations(case.with_inputs(x=torch.zeros(2, 2000))) == ["N=2000"]

@@ -1,0 +1,207 @@
+"""The three severities, tested on hand-built cases and outputs: what is a `fail`, what is a
+`risk` of which kind, what is `unsupported`; and that distinct bugs get distinct signatures.
+
+Each test feeds the verdict an output a real kernel produces (a GPU kernel that flushes
+subnormals, a kernel that normalizes before its dot products, a kernel that refuses a dtype)
+and a wrong one next to it: the classification must never turn a wrong answer into a risk."""
+
+import math
+
+import pytest
+import torch
+
+from oracles.ops import hc_head as hc_oracle
+from oracles.ops import sigmoid_gate_topk_renorm as sgtr_oracle
+from oracles.harness.differential import RunOptions, refusal_check
+from oracles.harness.failures import Failure, failure_exception, failure_signature
+from oracles.verdict import FAIL, PASS, RISK, UNSUPPORTED, Check, Verdict
+from strategies.hc_head import build_case as hc_case
+from strategies.hc_head import judge_cases as hc_judge_cases
+from strategies.sigmoid_gate_topk_renorm import judge_cases as sgtr_judge_cases
+
+TINY = torch.finfo(torch.float32).tiny
+
+
+def hc_checks(case, y):
+    """{check name: Check} for a kernel output y on an hc_head case (reference on the CPU)."""
+    ref = hc_oracle.reference(**case.inputs)
+    return {c.name: c for c in hc_oracle.verdict_checks(case, {"y": y}, {"y": ref})}
+
+
+def one_token(values, dtype=torch.bfloat16, **kw):
+    x = torch.tensor(values, dtype=torch.float32).reshape(1, 2, -1).to(dtype)
+    return hc_case(x=x, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# hc_head: ftz and degenerate tokens
+
+
+@pytest.mark.hc_head
+def test_zero_token_with_subnormal_eps_nan_is_an_ftz_risk():
+    """An all-zero token with norm_eps = 2^-140 (a float32 subnormal): the reference gives
+    r = 2^70, y = 0; a GPU kernel whose rsqrt.approx.ftz flushes the subnormal input gets
+    r = inf, 0 * inf = NaN. That is `ftz`, not a bug; a finite value other than 0 is."""
+    case = one_token([0.0] * 8, norm_eps=2.0 ** -140)
+    flushed = torch.full((1, 4), math.nan, dtype=torch.bfloat16)
+    checks = hc_checks(case, flushed)
+    assert checks["specials"].status == RISK and checks["specials"].kind == "ftz", checks["specials"]
+    assert not [c for c in checks.values() if c.status == FAIL], checks
+    assert hc_checks(case, torch.zeros(1, 4, dtype=torch.bfloat16))["specials"].status == PASS
+    wrong = hc_checks(case, torch.full((1, 4), 5.0, dtype=torch.bfloat16))
+    assert wrong["accuracy"].status == FAIL, wrong["accuracy"]
+
+
+@pytest.mark.hc_head
+def test_subnormal_token_with_zero_eps_is_degenerate():
+    """A token of bf16 subnormals with norm_eps = 0: every square underflows to 0 in float32, so
+    the reference's own r = inf. Dot first then scale (the reference: finite) and scale first then
+    dot (inf - inf: NaN) are both valid float32; both are `degenerate`, neither fails."""
+    case = one_token([1e-39, -2e-39, 3e-39, 1e-39, -1e-39, 2e-39, 1e-39, 4e-39], norm_eps=0.0)
+    ref = hc_oracle.reference(**case.inputs)
+    nan = torch.full((1, 4), math.nan, dtype=torch.bfloat16)
+    for y in (nan, ref):
+        checks = hc_checks(case, y)
+        assert not [c for c in checks.values() if c.status == FAIL], checks
+    checks = hc_checks(case, nan)
+    assert checks["specials"].status == RISK and checks["specials"].kind == "degenerate", checks["specials"]
+    # Outside the hull sum_j pre_j x_jd, pre_j in [hc_eps, 1 + hc_eps], it is a failure all the same.
+    wrong = hc_checks(case, torch.full((1, 4), 1e-30, dtype=torch.bfloat16))
+    assert wrong["accuracy"].status == FAIL, wrong["accuracy"]
+
+
+@pytest.mark.hc_head
+def test_ordinary_token_nan_is_a_failure():
+    case = one_token([1.0, -2.0, 0.5, 3.0, 1.0, 1.0, -1.0, 0.25])
+    checks = hc_checks(case, torch.full((1, 4), math.nan, dtype=torch.bfloat16))
+    assert checks["specials"].status == FAIL, checks["specials"]
+
+
+@pytest.mark.hc_head
+def test_flushed_squares_on_a_tiny_token_are_an_ftz_risk():
+    """A 1e-20 token with norm_eps = 0: its squares (1e-40) are float32 subnormals. The reference
+    keeps them (r = 1e20); flushing them gives r = inf, every gate saturates to 0 or 1 + hc_eps.
+    That output is `ftz`; the same gates on an ordinary token would be a failure."""
+    values = [1e-20, -2e-20, 3e-20, 1e-20, -1e-20, 2e-20, 1e-20, 4e-20]
+    case = one_token(values, dtype=torch.float32, norm_eps=0.0)
+    x = case.inputs["x"].double()
+    W, base, scale = (case.inputs[k].double() for k in ("hc_fn", "hc_base", "hc_scale"))
+    z = torch.where((W @ x.reshape(-1)) > 0, math.inf, -math.inf) * scale + base   # mixes = dot * inf
+    pre = torch.sigmoid(z) + 1e-3
+    flushed = (pre[:, None] * x[0]).sum(0, keepdim=True).float()
+    checks = hc_checks(case, flushed)
+    assert checks["accuracy"].status in (RISK, PASS) and not [c for c in checks.values() if c.status == FAIL], checks
+    assert any(c.status == RISK and c.kind == "ftz" for c in checks.values()), checks
+    ordinary = one_token([v * 1e20 for v in values], dtype=torch.float32, norm_eps=0.0)
+    xo = ordinary.inputs["x"].double()
+    saturated = (pre[:, None] * xo[0]).sum(0, keepdim=True).float()
+    assert hc_checks(ordinary, saturated)["accuracy"].status == FAIL
+
+
+# ---------------------------------------------------------------------------------------------
+# sigmoid_gate_topk_renorm: tie risks and --judge-exact
+
+
+@pytest.mark.sigmoid_gate_topk_renorm
+def test_judge_exact_fails_tie_risks_only():
+    verdict = Verdict([Check("judge", RISK, "tie", kind="tie"), Check("specials", RISK, "ftz", kind="ftz"),
+                       Check("contract", UNSUPPORTED, "refused", kind="x.dtype=float16")])
+    assert verdict.failures() == []
+    assert [c.kind for c in verdict.failures(judge_exact=True)] == ["tie"]
+    assert [c.status for c in verdict.failures(strict=True)] == [UNSUPPORTED]
+    with pytest.raises(ValueError, match="kind"):
+        Check("judge", RISK, "a risk without a kind")
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: inside the judge domain a failure, outside it unsupported
+
+
+@pytest.mark.hc_head
+def test_refusal_inside_the_judge_domain_fails():
+    case = hc_judge_cases("cpu")[0]  # what the competition sends
+    check = refusal_check("hc_head", case, AssertionError("x must be float16"), "raised AssertionError")
+    assert check.status == FAIL and "inside the judge's domain" in check.message
+
+
+@pytest.mark.hc_head
+@pytest.mark.parametrize("change, input_class", [
+    (lambda c: c.with_inputs(x=c.inputs["x"].float()), "x.dtype=float32"),
+    (lambda c: c.with_inputs(x=c.inputs["x"][:, :, ::2]), "x.layout=strided"),
+    (lambda c: c.with_inputs(x=c.inputs["x"][:0]), "T=0"),
+])
+def test_refusal_outside_the_judge_domain_is_unsupported(change, input_class):
+    case = change(hc_judge_cases("cpu")[0])
+    check = refusal_check("hc_head", case, NotImplementedError("only bf16"), "raised NotImplementedError")
+    assert check.status == UNSUPPORTED and input_class in check.details, check
+    assert check.kind.startswith("NotImplementedError"), check.kind
+
+
+@pytest.mark.hc_head
+def test_a_device_fault_outside_the_judge_domain_is_still_a_failure():
+    case = hc_judge_cases("cpu")[0].with_inputs(x=hc_judge_cases("cpu")[0].inputs["x"][:0])
+    fault = RuntimeError("CUDA error: an illegal memory access was encountered")
+    assert refusal_check("hc_head", case, fault, "raised RuntimeError").status == FAIL
+
+
+@pytest.mark.sigmoid_gate_topk_renorm
+def test_router_judge_domain():
+    case = sgtr_judge_cases("cpu")[1]
+    assert not sgtr_oracle.judge_domain_violations(case)
+    host = type(case)(case.op, case.inputs, case.features, case.label, frozenset({"global_scale"}))
+    assert any("host" in v for v in sgtr_oracle.judge_domain_violations(host))
+    one = case.with_inputs(global_scale=torch.tensor([0.8]))
+    assert any(v.startswith("global_scale=") for v in sgtr_oracle.judge_domain_violations(one))
+    no_shared = case.with_inputs(logits=case.inputs["logits"][:, :128].contiguous(), n_shared_experts=0)
+    assert "n_shared_experts=0" in sgtr_oracle.judge_domain_violations(no_shared)
+
+
+# ---------------------------------------------------------------------------------------------
+# Distinct bugs, distinct signatures
+
+
+def test_distinct_bugs_get_distinct_exception_types():
+    class Impl:
+        op, name = "hc_head", "k.py"
+    inside = hc_judge_cases("cpu")[0]
+    outside = inside.with_inputs(x=inside.inputs["x"].half())
+    options = RunOptions()
+    accuracy = Verdict([Check("accuracy", FAIL, "off"), Check("judge", FAIL, "off")])
+    specials = Verdict([Check("specials", FAIL, "NaN")])
+    signatures = {failure_signature(Failure(c, Impl, v, options))
+                  for c, v in ((inside, accuracy), (outside, accuracy), (inside, specials))}
+    assert signatures == {"accuracy (judge domain)", "accuracy (outside the judge domain: x.dtype)",
+                          "specials (judge domain)"}
+    types = {failure_exception(s) for s in signatures}
+    assert len(types) == 3 and all(issubclass(t, AssertionError) for t in types)
+    assert failure_exception("specials (judge domain)") is failure_exception("specials (judge domain)")
+
+
+@pytest.mark.hc_head
+def test_a_compile_error_outside_the_judge_domain_is_unsupported():
+    """A specialization sm_90 cannot compile fails every GPU call with a CompilationError: inside
+    the judge domain a failure, outside it (hc_mult 3 through a power-of-two tl.arange) a refusal."""
+    from oracles.harness.differential import compile_refusal
+    broken = Check("gpu-compile", FAIL, "CompilationError: arange's range must be a power of 2")
+    inside = hc_judge_cases("cpu")[0]
+    assert compile_refusal("hc_head", inside, broken).status == FAIL
+    outside = inside.with_inputs(x=inside.inputs["x"][:, :1])
+    check = compile_refusal("hc_head", outside, broken)
+    assert check.status == UNSUPPORTED and "hc_mult=1" in check.details, check
+    assert compile_refusal("hc_head", outside, Check("gpu-compile", PASS)).status == PASS
+
+
+@pytest.mark.parametrize("op", ["hc_head", "sigmoid_gate_topk_renorm"])
+def test_rows_of_an_input_beyond_int32_elements_lie_outside_the_judge_domain(op):
+    """The beyond-2^31 test judges a few rows of a 2.15e9-element input: a bug there (a 32-bit
+    offset overflow) is outside the judge domain (T <= 65536) even though the rows alone are not,
+    and the signature names that class first."""
+    from dataclasses import replace
+
+    from oracles.ops import get_op
+    from strategies.case import BEYOND_INT32
+    inside = get_op(op).judge_cases("cpu")[1]
+    spec = get_op(op)
+    assert not spec.judge_domain_violations(inside)
+    rows = replace(inside, features=inside.features | {BEYOND_INT32})
+    assert spec.judge_domain_violations(rows)[0].startswith("elements=beyond 2^31")
