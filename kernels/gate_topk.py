@@ -163,7 +163,7 @@ def rows_config(M, N, max_tile=_ROWS_MAX_TILE):
     with the threads of a warp along the row and the warps across rows, so while BLOCK_M >=
     num_warps every reduction of a step stays inside one warp (shuffles, no shared-memory round
     trip or barrier); a single wide row (N_PAD >= 1024, M = 1) spreads over warps instead of
-    spilling registers. Chosen by that reasoning, not measured on a GPU: kernels/bench.py times it.
+    spilling registers. Chosen by that reasoning, not measured on a GPU: oracles/tools/bench.py times it.
     """
     N_PAD = _next_pow2(max(N, 1))
     BLOCK_M = max(1, min(_next_pow2(max(M, 1)), max_tile // N_PAD))
@@ -311,7 +311,7 @@ def gate_topk(x, k):
 
 reference = gate_topk  # the entry name the competition imports
 
-# Both designs are fuzzed (kernels/loader.py). A tuple, not a dict: the judge's security scan
+# Both designs are fuzzed (oracles/submission/loader.py). A tuple, not a dict: the judge's security scan
 # rejects dict and set globals, and this file is meant to be submittable as it is.
 IMPLEMENTATIONS = (
     ("rows", gate_topk_rows),

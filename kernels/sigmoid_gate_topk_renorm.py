@@ -34,8 +34,8 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 # Host arithmetic for the launch configuration. Not triton.cdiv / triton.next_power_of_2: they are
-# constexpr functions (usable inside kernels too) and a host call to one costs about 1.5 us
-# (4.5 us on the H200 machine's host CPU), which added up to a large share of a small call.
+# constexpr functions (usable inside kernels too) and a host call to one costs microseconds
+# (tests/results/benchmarks.md), a large share of a small call.
 def _cdiv(a, b):
     return -(-a // b)
 
@@ -314,7 +314,7 @@ def _validate(logits, k, n_shared_experts, route_scale, global_scale, bias):
 
 def fused_config(T, N, max_tile=512):
     """Launch configuration of the fused kernel, (BLOCK_T, N_PAD, num_warps); max_tile caps the
-    lanes of a program's tile, BLOCK_T * N_PAD (kernels/bench.py sweeps it).
+    lanes of a program's tile, BLOCK_T * N_PAD (oracles/tools/bench.py sweeps it).
 
     The judge's logits rows (N + S = 131 bf16) are not 16-byte aligned, so the loads cannot be
     vectorized and Triton lays a row out one lane a thread: a row of N_PAD <= 256 lanes then
@@ -422,7 +422,7 @@ def sigmoid_gate_topk_renorm_three_launch(logits, k, n_shared_experts, route_sca
 sigmoid_gate_topk_renorm = sigmoid_gate_topk_renorm_fused
 reference = sigmoid_gate_topk_renorm  # the entry name the competition imports
 
-# Both designs are fuzzed (kernels/loader.py). A tuple, not a dict: the judge's security scan
+# Both designs are fuzzed (oracles/submission/loader.py). A tuple, not a dict: the judge's security scan
 # rejects dict and set globals, and this file is meant to be submittable as it is.
 IMPLEMENTATIONS = (
     ("fused", sigmoid_gate_topk_renorm_fused),

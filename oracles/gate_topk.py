@@ -92,7 +92,7 @@ class Order64:
 def oracle64(x, k) -> Order64:
     """Every input upcast to float64 on the CPU (exact), then a stable descending sort: torch.sort
     ranks NaN above every number (documented, either sign), keeps equal values -- -0.0 and +0.0
-    included -- in column order, and compares float64 exactly (tests/test_oracles.py checks it
+    included -- in column order, and compares float64 exactly (tests/suite/test_oracles.py checks it
     against a plain Python sort)."""
     xd = x.detach().cpu().double()
     s = torch.sort(xd, dim=-1, descending=True, stable=True)

@@ -318,7 +318,7 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
         checks.append(Check("judge", SKIP, "the reference itself is non-finite here; the judge never draws such inputs"))
     else:
         # The reference is itself a float32 evaluation within `allowed` of oracle64
-        # (tests/test_oracles.py), so kernel and reference may sit 2 * allowed apart.
+        # (tests/suite/test_oracles.py), so kernel and reference may sit 2 * allowed apart.
         checks.append(judge_check({"y": y}, {"y": y_ref}, rounding_allowed={"y": 2 * allowed},
                                   explained={k: {"y": m} for k, m in explained.items()}))
     return checks

@@ -318,14 +318,14 @@ BENCH_M, BENCH_LARGE_M, BENCH_N, BENCH_K = (1, 8, 64, 512, 4096), (65536,), 256,
 def bench_inputs(m: int, k: int, device) -> dict:
     """The official bench's inputs: a CPU generator seeded 0 (not the test's 9), x = randperm(m n)
     / (m n) as float32 moved to the device; the bench declares bf16 but its input function ignores
-    the dtype, and yields (x, {"k": k}); kernels/bench.py passes both by keyword like every call."""
+    the dtype, and yields (x, {"k": k}); oracles/tools/bench.py passes both by keyword like every call."""
     g = torch.Generator(device="cpu").manual_seed(0)
     x = (torch.randperm(m * BENCH_N, generator=g).reshape(m, BENCH_N).float() / (m * BENCH_N)).to(device)
     return {"x": x.contiguous(), "k": k}
 
 
 def bench_cases():
-    """(label, size, is_bench_case, builder(size, device)) for kernels/bench.py: the official bench
+    """(label, size, is_bench_case, builder(size, device)) for oracles/tools/bench.py: the official bench
     grid (every m, 4096 included, counts toward the average) and one larger case at k = 8."""
     grid = [(f"m={m} k={k}", m, True, lambda size, device, k=k: bench_inputs(size, k, device))
             for m in BENCH_M for k in BENCH_K]
