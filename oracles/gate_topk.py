@@ -1,7 +1,7 @@
 """gate_topk: the op's contract, the task reference, the float64 oracle, the judge domain and the tie-aware verdict.
 
 The contract (task T70: the task page and the researched notes, checked against the official
-files of flagos-ai/FlagGems-sglang: src/flaggems_sglang/reference/gate_topk.py,
+files of flagos-ai/FlagGems-sglang at commit 4728ea6: src/flaggems_sglang/reference/gate_topk.py,
 tests/test_gate_topk.py, benchmark/test_gate_topk.py; the official files win):
 
     gate_topk(x, k) -> (values [M, k] in x.dtype, indices [M, k] int32), on x's device
