@@ -15,10 +15,8 @@ Two designs of the same function (both fuzzed, see IMPLEMENTATIONS at the end):
 - `hc_head_per_token` (`hc_head` below 2048 tokens): one launch, one program per token, two
   passes over the token's row (the second from L2). Every program reads all of hc_fn (hc_mult *
   K float32: 458 KB for the model's hc_mult = 4, hidden = 7168), eight times the bytes of its
-  own row: at small T one program's bytes in flight bound it (T = 1: 12.7 us with 16 warps and
-  a tile prefetched ahead, 21 without the prefetch, 28 with 4 warps), at large T L2 -> SM
-  traffic (T = 8192: 497 us, about 1.2 TB/s; 2.2x faster with the hc_fn loads removed). See
-  per_token_config.
+  own row: at small T one program's bytes in flight bound it, at large T L2 -> SM traffic. See
+  per_token_config; the measurements are in tests/results/benchmarks.md.
 - `hc_head_two_launch` (`hc_head` from 2048 tokens): launch 1 gives each program BLOCK_T tokens,
   one stream and one chunk of hidden, so each hc_fn row segment it loads serves BLOCK_T tokens;
   it writes float32 partial sums (hc_fn dot products and sum of squares) to a small buffer.
@@ -28,16 +26,13 @@ Two designs of the same function (both fuzzed, see IMPLEMENTATIONS at the end):
   all of x stays in L2 between the launches; beyond, launch 2 walks the tokens from the last one
   down so that its first reads find what launch 1 read last).
 
-Why x is read twice at large T (measured on an H200, model shape, T = 8192, 2026-11-30): a
-kernel that only reads x once and writes y takes 158 us (88% of the copy bandwidth); this file's
-two launches take 301 us (launch 1 alone 171 us, launch 2 alone 143 us). Reading x once needs every partial sum of a token before
-its output, so either the token's row stays on chip while the sums run -- but sharing hc_fn
-loads needs 8-16 tokens a program, 0.5-0.9 MB of row, more than an SM's registers and shared
-memory -- or programs exchange partial sums. Tried: one launch with BLOCK_T tokens a program
-and the second pass from L2, 422-652 us (262-338 us even with the hc_fn loads removed); one
-launch where the last work item of each 16-token block (an atomic arrival counter) writes the
-block's output, 1.5-1.75 ms (one program does the whole block's output, and atomics are
-rejected on Kunlunxin). Programs that wait for each other deadlock where they are not all
+Why x is read twice at large T: reading x once needs every partial sum of a token before its
+output, so either the token's row stays on chip while the sums run -- but sharing hc_fn loads
+needs 8-16 tokens a program, 0.5-0.9 MB of row, more than an SM's registers and shared memory --
+or programs exchange partial sums. The single-read designs tried (several tokens a program with
+the second pass from L2; the last work item of a token block writing its output, which also
+needs atomics, rejected on Kunlunxin) were slower than the two launches (numbers:
+tests/results/benchmarks.md). Programs that wait for each other deadlock where they are not all
 resident, and the CPU interpreter runs programs one after another.
 
 Precision: every sum is float32 (no tl.dot: a float32 dot runs as tf32 on some backends). The
@@ -64,8 +59,8 @@ _PREFETCH_MAX_TOKENS = 1
 
 
 # Host arithmetic for the launch configuration. Not triton.cdiv / triton.next_power_of_2: they are
-# constexpr functions (usable inside kernels too) and a host call to one costs about 1.5 us
-# (4.5 us on the H200 machine's host CPU), which added up to a large share of a small call.
+# constexpr functions (usable inside kernels too) and a host call to one costs microseconds
+# (tests/results/benchmarks.md), a large share of a small call.
 def _cdiv(a, b):
     return -(-a // b)
 
@@ -525,32 +520,17 @@ def per_token_config(T, hc_mult, hidden):
     A block covers BLOCK_D columns of hidden: one stream in pass 1 (against an [HC_PAD, BLOCK_D]
     hc_fn tile), all streams in pass 2. A program streams 8x its own row in hc_fn, so at small T
     it is bound by how many bytes one program keeps in flight, which grows with its threads and
-    tile; at larger T by L2 -> SM traffic (every program reads all of hc_fn). Measured on an H200
-    (model shape, bf16, CUDA-graph replay, 2026-11-30; warps / tile elements):
-
-        T      4 / 8192   8 / 8192   16 / 8192   16 / 16384   32 / 16384
-        1      28.0 us    35.8 us    41.0 us     21.8 us      27.9 us
-        128    29.6       18.2       40.5        13.8         30.8
-        512    53.6       35.1       93.3        39.9         101.8
-        1024   78.9       63.5       172.9       74.5         193.8
-        2048   146.8      117.6      330.0       141.3        375.9
-
-    so 16 warps and 16384-element tiles up to 256 tokens, 8 warps and 8192 beyond (hc_head
-    switches to two launches at 2048). More than 4 warps asserts on some Enflame parts, which
+    tile; at larger T by L2 -> SM traffic (every program reads all of hc_fn). Of the warp counts
+    and tile sizes measured on an H200 (tests/results/benchmarks.md), 16 warps and 16384-element
+    tiles are fastest up to 256 tokens, 8 warps and 8192 beyond (hc_head switches to two launches
+    at 2048). More than 4 warps asserts on some Enflame parts, which
     need a vendor file anyway (their grids are capped at 12 programs).
 
-    PREFETCH (the loads of the next tile issued before the FMAs of this one) at T = 1 only.
-    Measured on the same H200 (2026-11-30, 16 warps / 16384, CUDA-graph replay):
-
-        T             1      2      3      4      8      16     128    256    512    1024
-        prefetch      12.7   13.1   13.4   13.4   13.6   13.5   14.4   23.2   57.3   106.7 us
-        no prefetch   21.4   12.5   12.9   12.7   13.0   12.9   13.7   22.1   34.6   62.1
-
-    (512 and 1024 with their own 8-warp tiles.) A lone program waits on each tile's loads; from
-    T = 2 the programs run side by side and the extra registers of the tile in flight cost more
-    than they hide. Why the one-program launch is so much slower without the prefetch (21 us,
-    against 12.5 at T = 2, where each of two programs does the same work) is not established;
-    Triton specializes an integer argument equal to 1, so T = 1 compiles to its own binary.
+    PREFETCH (the loads of the next tile issued before the FMAs of this one) at T = 1 only (the
+    same measurements): a lone program waits on each tile's loads; from T = 2 the programs run
+    side by side and the extra registers of the tile in flight cost more than they hide. Why the
+    one-program launch is so much slower without the prefetch is not established; Triton
+    specializes an integer argument equal to 1, so T = 1 compiles to its own binary.
     The CPU fuzzer's T <= 6 runs both paths.
     """
     HC_PAD = _next_pow2(hc_mult)
@@ -560,20 +540,17 @@ def per_token_config(T, hc_mult, hidden):
 
 def two_launch_config(T, hc_mult, hidden, *, sub=None, target_programs=_TARGET_PROGRAMS):
     """Launch configuration of hc_head_two_launch, from the shape alone (the CPU interpreter runs
-    the code paths a GPU runs). sub and target_programs override the defaults (oracles/tools/bench.py
-    sweeps them).
+    the code paths a GPU runs). sub and target_programs override the defaults
+    (oracles/tools/bench.py sweeps them).
 
     Launch 1: 4 warps; a token block of BLOCK_T = SUB * ROWS tokens, ROWS = 4 (a row a warp),
     SUB = 4 sub-tiles once T > 4 (1 below: the CPU fuzzer's T <= 6 then runs both the paths a GPU
-    takes): each hc_fn row segment serves 16 tokens, so
-    hc_fn costs 28 KB of L2 -> SM traffic a token instead of 458 KB. A tile is BLOCK_D = 256
-    columns of one stream, VEC = 8 a thread (16-byte loads of bf16: a warp reads 512 contiguous
-    bytes). Measured on an H200 (model shape, launch 1 alone, CUDA-graph replay, 2026-11-30):
-    VEC = 8 / SUB = 4 171 us at T = 8192 and 58 us at T = 2048, against 187 and 61 us with
-    VEC = 4 (the earlier choice: 128 registers, no spills, 187-208 instructions an iteration on
-    sm_90), 173 and 56 with SUB = 2, and 188-238 and 63-79 us with 8 warps (ROWS = 8) or SUB = 1.
-    Launch 1 moves x at about 2.7 TB/s, below the 4.2 TB/s of a copy: the FMAs and the hc_fn
-    tile loads every warp repeats keep it from saturating device memory. When the work items
+    takes): each hc_fn row segment serves 16 tokens, so hc_fn costs 28 KB of L2 -> SM traffic a
+    token instead of 458 KB. A tile is BLOCK_D = 256 columns of one stream, VEC = 8 a thread
+    (16-byte loads of bf16: a warp reads 512 contiguous bytes). VEC = 8 with SUB = 4 was the
+    fastest of the VEC, SUB and warp counts measured on an H200 (tests/results/benchmarks.md).
+    Launch 1 moves x below a copy's bandwidth: the FMAs and the hc_fn tile loads every warp
+    repeats keep it from saturating device memory. When the work items
     (token blocks x streams x row groups) are fewer than target_programs, hidden is split into
     chunks (a multiple of BLOCK_D) until they are not; model shape (hc_mult = 4, hidden = 7168):
     T = 1 -> 28 chunks of 256 columns (112 programs), T = 128 -> 28 (896), T = 2048 -> 2 (1024),
@@ -653,11 +630,9 @@ def _two_launch(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps, y, cfg):
     return y
 
 
-# Measured on an H200 (2026-11-30, model shape; GPU time by CUDA-graph replay, then do_bench as the
-# judge times it): one program per token wins while hc_fn re-reads stay cheap and the launch is
-# one (T=1: 12.7 us vs 9 us of GPU time, but two launches cost ~60-70 us of host time, so do_bench
-# gives 13 us vs 33-100+ us; T=1024: 63 vs 55 us GPU, 64 vs 92 us do_bench); two launches win once
-# hc_fn traffic dominates (T=2048: 90 vs 116 us; T=8192: 301 vs 498 us).
+# One program per token wins while hc_fn re-reads stay cheap and the launch is one (two launches
+# cost more host time than a small call's GPU time); two launches win once hc_fn traffic
+# dominates. The crossover, measured on an H200: tests/results/benchmarks.md.
 TWO_LAUNCH_MIN_TOKENS = 2048
 
 

@@ -34,8 +34,8 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 # Host arithmetic for the launch configuration. Not triton.cdiv / triton.next_power_of_2: they are
-# constexpr functions (usable inside kernels too) and a host call to one costs about 1.5 us
-# (4.5 us on the H200 machine's host CPU), which added up to a large share of a small call.
+# constexpr functions (usable inside kernels too) and a host call to one costs microseconds
+# (tests/results/benchmarks.md), a large share of a small call.
 def _cdiv(a, b):
     return -(-a // b)
 

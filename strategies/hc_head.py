@@ -26,7 +26,8 @@ SIZES = {
     "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, hidden_pool=(7168, 128, 4096, 2049, 512, 33)),
 }
 
-# The judge's cases (specs/hc_head.md): (T, hc_mult, hidden); the last four are also its bench.
+# The judge's cases (the contract: oracles/ops/hc_head.py): (T, hc_mult, hidden); the last four
+# are also its bench.
 JUDGE_SHAPES = ((1, 2, 128), (37, 4, 256), (129, 2, 512),
                 (1, 4, 7168), (128, 4, 7168), (2048, 4, 7168), (8192, 4, 7168))
 

@@ -28,8 +28,9 @@ SIZES = {
     "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, experts_pool=(128, 256, 384, 64, 257, 33)),
 }
 
-# The judge's cases (specs/sigmoid_gate_topk_renorm.md): (T, N, S, k, route_scale, global_scale);
-# the last five are its bench. Scales the spec leaves unsaid are 1.0.
+# The judge's cases (the contract: oracles/ops/sigmoid_gate_topk_renorm.py): (T, N, S, k,
+# route_scale, global_scale); the last five are its bench. Scales the researched task notes leave
+# unsaid are 1.0.
 JUDGE_CASES = ((1, 32, 1, 3, 1.0, 1.0), (37, 128, 3, 5, 1.5, 0.8), (83, 64, 1, 6, 2.0, 1.2), (9, 256, 4, 12, 1.0, 1.0),
                *((m, 128, 3, 5, 1.5, 0.8) for m in (1, 8, 64, 512, 4096)))
 

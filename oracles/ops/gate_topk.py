@@ -1,11 +1,13 @@
-"""gate_topk: the task reference, the float64 oracle, the judge domain and the tie-aware verdict.
+"""gate_topk: the op's contract, the task reference, the float64 oracle, the judge domain and the tie-aware verdict.
 
-The contract (task T70, specs/gate_topk.md; checked against the official files of
-flagos-ai/FlagGems-sglang: src/flaggems_sglang/reference/gate_topk.py, tests/test_gate_topk.py,
-benchmark/test_gate_topk.py):
+The contract (task T70: the task page and the researched notes, checked against the official
+files of flagos-ai/FlagGems-sglang at commit 4728ea6: src/flaggems_sglang/reference/gate_topk.py,
+tests/test_gate_topk.py, benchmark/test_gate_topk.py; the official files win):
 
     gate_topk(x, k) -> (values [M, k] in x.dtype, indices [M, k] int32), on x's device
-    x: [M, N]; the row-wise k largest entries in descending order, with their columns.
+    x: [M, N], float32 in every official case (the task allows bf16 and fp16: drawn too);
+    k a Python int, 1 <= k <= min(32, N); the row-wise k largest entries in descending order,
+    with their columns. The entry may also be named `reference`; it is called gate_topk(x=..., k=...).
 
 - Values are copies of inputs: no arithmetic anywhere, so a right kernel returns the j-th
   largest entry of the row itself. The float64 oracle is a stable descending sort of x upcast
@@ -13,15 +15,15 @@ benchmark/test_gate_topk.py):
 - Order: NaN ranks above +inf (torch.topk, any sign or payload); the order among several NaNs
   is undefined. -0.0 == +0.0 (IEEE), so they tie. +-inf are ordinary values.
 - Ties: the task page says the smaller column wins; torch.topk does not promise that (CUDA and
-  CPU each give their own orders, e.g. the CPU's top 8 of zeros(256) starts at column 172 with
-  torch 2.13, an H200's at 7 as the spec measured it). Any valid top-k in descending order is right here: every chosen value >= every
-  unchosen one, in order, ties in any order. Indices that differ from the reference's only
-  among equal values are a judge `risk` of kind tie (a failure under --judge-exact); the message
-  says whether the kernel follows the task's smaller-column rule.
+  CPU each give their own orders: tests/results/torch-topk-order.md). Any valid top-k in
+  descending order is right here: every chosen value >= every unchosen one, in order, ties in
+  any order. Indices that differ from the reference's only among equal values are a judge
+  `risk` of kind tie (a failure under --judge-exact); the message says whether the kernel
+  follows the task's smaller-column rule.
 - k = N is a full descending sort; k > N raises in torch.topk (never drawn); k = 0 and M = 0
   give empty outputs (outside the task's 1 <= k <= 32 and the judge domain).
 
-How the official test differs from the spec (both read; the test and the reference win):
+How the official test differs from the task notes (both read; the test and the reference win):
 - The reference is exactly `torch.topk(x, k, dim=-1, sorted=True)` with the indices cast to
   int32, on x as given (no upcast) -- `reference` below.
 - Its cases: `g = torch.Generator(device="cpu").manual_seed(seed)`, x = (randperm(m*n, g)
@@ -43,6 +45,14 @@ reference returns them, indices int32; device), indices (a valid top-k, exact), 
 and inf placement of the values), accuracy (values against oracle64, allowed error 0), judge.
 Not checked: the sign of a zero value and a NaN's payload (-0.0 == +0.0 and NaN placement are;
 torch.topk itself returns -0.0 and +0.0 in either order among tied zeros).
+
+Judge domain (JUDGE_DOMAIN below): x float32, contiguous, 1 <= M <= 65536, 1 <= N <= 1024,
+1 <= k <= min(32, N), any values. Same competition rules as hc_head (oracles/ops/hc_head.py); the
+zip holds gate_topk.py. Competitors' notes: Kunlunxin's Triton has no tl.topk; a Kunlunxin
+vendor kernel let a retired lane marked with -inf's key be chosen again once a row's real values
+were -inf, and never chose NaN (a live-lane mask, not a value sentinel, avoids both); packing
+value and index into one key (SGLang) leaves 16 bits for the index and, uncanonicalized, ranks a
+sign-set NaN below -inf and -0.0 below +0.0.
 """
 
 from __future__ import annotations
@@ -286,10 +296,10 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
         Check("contract", PASS),
         indices,
         # NaN ranks above every number (the contract, torch.topk on a CPU); torch.topk on CUDA has
-        # placed NaNs of a row lower for large k (seen on an H200, 2026-12-01: NaN at ranks 52-53
-        # of k = 54). Where the kernel puts NaN exactly where oracle64 does, a reference placing it
-        # elsewhere is the reference's device-dependent order of an unordered value: a tie-order
-        # risk (a failure under --judge-exact), never the kernel's failure.
+        # placed NaNs of a row lower for large k (tests/results/torch-topk-order.md). Where the
+        # kernel puts NaN exactly where oracle64 does, a reference placing it elsewhere is the
+        # reference's device-dependent order of an unordered value: a tie-order risk (a failure
+        # under --judge-exact), never the kernel's failure.
         specials_check("values", values, ref_values,
                        explained={TIE: values.isnan() == o.values.cpu().isnan()}),
         bounded_check("accuracy", "values", values, o.values, ref_values, accuracy_bound(o),

@@ -1,17 +1,43 @@
-"""hc_head: the task reference, the float64 oracle, the judge domain and the verdict.
+"""hc_head: the op's contract, the task reference, the float64 oracle, the judge domain and the verdict.
 
-Math (the op's contract, docs in README "Ops"), per token t, K = hc_mult * hidden, f = x[t]
-flattened and upcast to float32:
+The contract, from the task and the official reference and test (flagos-ai/FlagGems-sglang:
+reference/hc_head.py, tests/test_hc_head.py; they win wherever the task text differs).
+DeepSeek-V4's hyper-connection head folds each token's hc_mult residual streams into one vector:
+
+    hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps) -> y        (called by keyword)
+    x [T, hc_mult, hidden]: bfloat16 in the task (float16 and float32 are drawn too);
+    hc_fn float32 [hc_mult, hc_mult * hidden]; hc_scale float32 [1]; hc_base float32 [hc_mult];
+    norm_eps, hc_eps Python floats; y [T, hidden] in x.dtype, on x's device.
+
+Math, per token t, K = hc_mult * hidden, f = x[t] flattened and upcast to float32:
     r      = 1 / sqrt(sum_i f_i^2 / K + norm_eps)
     mixes_j = r * sum_i hc_fn[j, i] f_i
     pre_j  = sigmoid(mixes_j * hc_scale + hc_base_j) + hc_eps
     y[t,d] = sum_j pre_j x[t, j, d]            (stored in x.dtype, round to nearest even)
 
-The official reference (flagos-ai/FlagGems-sglang, reference/hc_head.py) is `reference` below,
-operation for operation; its test (tests/test_hc_head.py) builds every tensor on the chip from one
-torch.Generator(device).manual_seed(0): x = randn(T, hc_mult, hidden) float32 cast to bf16, then
-hc_fn = 0.02 randn, hc_scale = [1.5], hc_base = 0.1 randn; norm_eps 1e-6, hc_eps 1e-3; the
-reference runs first, then the kernel on the same tensors; assert_close at the bf16 tolerance.
+The reference (`reference` below, operation for operation) is float32 throughout: flatten,
+upcast, torch.rsqrt, F.linear, torch.sigmoid, a sum over the streams, then .to(x.dtype). NaN and
+inf are what that code gives: an all-zero token with norm_eps = 0 gives r = inf and mixes =
+0 * inf = NaN; squares overflowing float32 give r = 0 where oracle64 stays finite.
+
+The official test: seven cases (T, hc_mult, hidden) = (1, 2, 128), (37, 4, 256), (129, 2, 512),
+(1, 4, 7168), (128, 4, 7168), (2048, 4, 7168), (8192, 4, 7168), the last four also the benchmark
+(score = reference time / kernel time by triton.testing.do_bench, averaged). Each is built on the
+chip under test from one torch.Generator(device).manual_seed(0), drawing in order x = randn(T,
+hc_mult, hidden) float32 cast to bf16, hc_fn = 0.02 randn, hc_base = 0.1 randn; hc_scale = [1.5],
+norm_eps 1e-6, hc_eps 1e-3 (strategies/hc_head.py judge_cases). The reference runs first, then
+the kernel on the same tensors. Check: torch.testing.assert_close of both cast to float32 at the
+bfloat16 tolerance, atol = rtol = 1.5e-2 (oracles/tolerances.py), equal_nan off: one NaN or one
+element over fails the case.
+
+Judge domain (JUDGE_DOMAIN below): x bfloat16 and contiguous, 1 <= T <= 65536, hc_mult in {2, 4},
+hidden a multiple of 128 up to 16384; the other tensors float32, contiguous, on x's device; eps
+of any value. The margins take in model shapes without claiming what the judge never sends.
+
+Competition rules the gate reflects (static rules, the `launch` check): the core computation runs
+in Triton, with no try/except, device checks or branches falling back to torch; a path that
+launches no Triton kernel scores nothing. A submission is a .zip holding hc_head.py and optional
+hc_head_<vendor>.py files.
 
 Two kinds of token are told apart from a kernel's bug (oracles/verdict.py, risk kinds):
 - degenerate: the float32 reference's own normalizer breaks -- sum f^2 or a dot overflows
