@@ -1,6 +1,6 @@
 """Static gate rules: an AST scan of a submitted kernel module that never imports it.
 
-The competition judge (specs/hc_head.md, specs/sigmoid_gate_topk_renorm.md) disqualifies a
+The competition judge (its rules: each op's contract in oracles/ops/<op>.py) disqualifies a
 submission whose core computation is not a Triton kernel -- no try/except, no device checks, no
 branch that falls back to torch -- and its security scan rejects dict/set globals. This module
 reads the submitted source with :mod:`ast` alone: the module is never imported, compiled to
@@ -11,7 +11,7 @@ Severities:
 - ``error``: the judge would reject the file or the rule it enforces is broken; the gate fails.
 - ``warning``: legal but worth a look (try/finally, a list global, a torch cast or copy in the
   wrapper, a torch function on neither list).
-- ``info``: a portability risk on one of the judge's non-NVIDIA backends (specs/chips.md), with
+- ``info``: a portability risk on one of the judge's non-NVIDIA backends (README "CPU vs GPU, and portability"), with
   ``backends`` naming who is at risk. Nothing local can test these; a note is all we can honestly say.
 
 Every rule id, its severity and what it means are listed in :data:`RULES`.
@@ -84,7 +84,7 @@ RULES = (
     ("portability-num-stages", INFO, "num_stages > 2 (ascend)"),
 )
 
-# The competition calls some entries by this name (specs/sigmoid_gate_topk_renorm.md), so a
+# The competition calls some entries by this name (oracles/ops/sigmoid_gate_topk_renorm.py), so a
 # function of this name is an entry too, beside the op's own name: the judge may call either.
 REFERENCE_ENTRY = "reference"
 
@@ -232,7 +232,7 @@ STATE_MUTATORS = frozenset({
     "__setitem__", "__delitem__",
 })
 
-# --- portability (specs/chips.md) ------------------------------------------------------------------
+# --- portability (README "CPU vs GPU, and portability") ---------------------------------------------------------
 JIT_DECORATORS = frozenset({"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit", "triton.experimental.gluon.jit"})
 KUNLUNXIN_SORTING = frozenset({"topk", "sort", "argsort", "argmax", "argmin"})
 KUNLUNXIN_SCANS = frozenset({"cumsum", "cumprod", "associative_scan"})  # and every atomic_*
@@ -312,7 +312,7 @@ def scan_file(path: str | Path, *, entry: str) -> list[Finding]:
     """Findings for a kernel file, or for every ``.py`` member of a competition ``.zip``.
 
     A zip must hold ``<entry>.py`` and may hold per-vendor ``<entry>_<vendor>.py`` files
-    (specs/hc_head.md); members are reported as ``archive.zip/member.py``, as zipimport names them.
+    (oracles/ops/hc_head.py); members are reported as ``archive.zip/member.py``, as zipimport names them.
     The file is read, never imported; a missing file raises ``FileNotFoundError``.
     """
     path = Path(path)
@@ -1063,8 +1063,8 @@ def _kernel_op_findings(module: _Module, kernel: ast.FunctionDef) -> Iterator[Fi
 def _is_vector_int64(call: ast.Call, names: _Names, vectors: set[str]) -> bool:
     """A conversion to int64 of a block, or an int64 block made directly.
 
-    A scalar int64 row base (`tl.program_id(0).to(tl.int64) * stride`) is the habit chips.md
-    reports working on all eight backends, so it is not flagged.
+    A scalar int64 row base (`tl.program_id(0).to(tl.int64) * stride`) is the habit reported
+    working on all eight of the judge's backends, so it is not flagged.
     """
     arguments = [*call.args, *(k.value for k in call.keywords)]
     if not any(names.resolve(a) in INT64_DTYPES for a in arguments):

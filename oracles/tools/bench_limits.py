@@ -1,5 +1,5 @@
-"""Where the time goes: the measurements behind the limits stated in README "Benchmarks" and in
-kernels/hc_head.py's docstring. GPU only.
+"""Where the time goes: the measurements behind the limits in tests/results/benchmarks.md.
+GPU only.
 
     python -m oracles.tools.bench_limits [--json PATH]
 
@@ -16,18 +16,7 @@ Prints, on the current CUDA device:
     reference's. do_bench zeroes 256 MB before each call, so a call whose host time stays under
     that memset's GPU time (~50-60 us on an H200) is timed at its GPU time.
 
-Run as this module on an H200 (device tool, 2026-11-30 10:49 UTC, torch 2.11, triton 3.6):
-copy 4.24 TB/s; L2-resident reads 8.08 TB/s, device-memory reads 4.36 TB/s; x once + y 45.8 /
-151.1 / 568.3 us at T = 2048 / 8192 / 32768 (76 / 92 / 97% of copy), two_launch 89.8 / 301.5 /
-1133.9 us; an empty launch 10.2 us of host time, 17.1 with 10 tensors, torch.empty 3.7 us (the
-whole table: README "Benchmarks"). Earlier, with ad-hoc scripts of the same code: copy 4.22 TB/s; L2-resident reads 8.1 TB/s, device-memory reads 4.16 TB/s; x once + y 158 us at
-T = 8192 (88% of copy); two_launch launch 1 alone 171 us, launch 2 alone 143 us; an empty launch
-12 us of host time, ~0.1 us more per int or float argument and ~0.65 us per tensor. Designs
-measured and retired (their code is not kept): one launch, BLOCK_T tokens a program with the
-output pass re-reading x from L2: 422-652 us at T = 8192 (262-338 us with the hc_fn loads
-removed); one launch where the last work item of a 16-token block (an atomic arrival counter)
-writes the block's output: 1.5-1.75 ms at T = 8192, 47-60 us at T = 1 (one program does a whole
-block's output).
+The measurements, with their dates and commands: tests/results/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -625,7 +625,7 @@ CLEAN_MODULE = snippet('''
         return y
     ''')
 
-# The habits chips.md reports working on all eight backends: a capped 1-D grid with a
+# The habits reported working on all eight backends: a capped 1-D grid with a
 # grid-stride loop, int32 offsets inside a row and one int64 row base, num_stages=1, no tl.dot.
 PORTABLE_MODULE = snippet('''
     import torch
