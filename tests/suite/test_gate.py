@@ -272,7 +272,8 @@ SUITE_BUG_PLUGIN = textwrap.dedent('''
         raise TypeError("unhashable type: 'dict' (a planted bug of the suite)")
 
 
-    oracles.ops.hc_head.verdict_checks = broken_verdict_checks
+    # The op's contract holds its checks: plant the bug there (SPEC is frozen, as it should be).
+    object.__setattr__(oracles.ops.hc_head.SPEC, "verdict_checks", broken_verdict_checks)
 ''')
 
 
