@@ -19,6 +19,13 @@ from pathlib import Path
 from strategies.case import Case, CaseFormatError, case_from_json, case_to_json
 
 MAX_FIXTURE_BYTES = 512 * 1024 * 1024  # read into memory whole: bounded first
+# Where fixtures are replayed from and written to unless --regressions-dir says otherwise.
+DEFAULT_REGRESSIONS_DIR = Path(__file__).resolve().parents[1] / "tests" / "regressions"
+
+
+def is_default_root(root: Path) -> bool:
+    """Fixtures elsewhere than tests/regressions need --regressions-dir in their replay command."""
+    return Path(root).resolve() == DEFAULT_REGRESSIONS_DIR
 
 
 def versions() -> dict:

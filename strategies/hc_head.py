@@ -175,7 +175,9 @@ __all__ = ["hc_head_cases", "judge_cases", "smaller_cases", "SIZES", "JUDGE_SHAP
 
 # The judge's bench grid (its last four cases) plus one larger size, not in the averages: how a
 # kernel scales past the judge's sizes. Inputs as its test builds them (judge_cases).
-BENCH_T, BENCH_LARGE_T, BENCH_HC_MULT, BENCH_HIDDEN = (1, 128, 2048, 8192), (32768,), 4, 7168
+BENCH_T = tuple(T for T, _, _ in JUDGE_SHAPES[-4:])
+_, BENCH_HC_MULT, BENCH_HIDDEN = JUDGE_SHAPES[-1]
+BENCH_LARGE_T = (32768,)
 
 
 def bench_inputs(T: int, device) -> dict:

@@ -341,8 +341,8 @@ __all__ = ["sigmoid_gate_topk_renorm_cases", "judge_cases", "model_cases", "smal
 
 
 # The judge's bench grid (its last five cases) plus one larger size, not in the averages.
-BENCH_M, BENCH_LARGE_M = (1, 8, 64, 512, 4096), (65536,)
-BENCH_N, BENCH_S, BENCH_K, BENCH_ROUTE_SCALE, BENCH_GLOBAL_SCALE = 128, 3, 5, 1.5, 0.8
+BENCH_M, BENCH_LARGE_M = tuple(case[0] for case in JUDGE_CASES[-5:]), (65536,)
+_, BENCH_N, BENCH_S, BENCH_K, BENCH_ROUTE_SCALE, BENCH_GLOBAL_SCALE = JUDGE_CASES[-1]
 
 
 def bench_inputs(m: int, device, *, global_scale_on_host: bool = False) -> dict:

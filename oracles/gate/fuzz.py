@@ -16,6 +16,7 @@ from oracles.harness.failures import Failure, failure_exception, failure_message
 from oracles.harness.inflight import end_worker_after_device_fault, in_flight, in_worker
 from oracles.gate.report import Tally
 from oracles.verdict import FAIL as FAIL_STATUS
+from strategies.fixtures import is_default_root
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,7 +172,7 @@ def climbing_targets() -> bool:
 
 def is_custom_root(root: Path) -> bool:
     """Fixtures written elsewhere than tests/regressions: the replay command must say where."""
-    return root.resolve() != (ROOT / "tests" / "regressions").resolve()
+    return not is_default_root(root)
 
 
 def kernel_option_for(config, implementation) -> str | None:

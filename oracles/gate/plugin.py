@@ -25,8 +25,9 @@ from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check
                                     limit_bytes, process_limit)
 from oracles.ops import OPS
 from oracles.platform.device import gpu_available, interpreted, suite_device
-from oracles.submission.loader import KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option
+from oracles.submission.loader import IMPORT_PROBE_TIMEOUT_S, KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option
 from strategies.case import BEYOND_INT32
+from strategies.fixtures import DEFAULT_REGRESSIONS_DIR
 
 settings.load_profile(profiles.DEFAULT_PROFILE)
 
@@ -36,7 +37,7 @@ def pytest_addoption(parser):
     group.addoption("--kernel", action="append", default=[], metavar="OP=PATH",
                     help="test an outside implementation of OP: a .py defining OP() or reference(), or a "
                          "competition .zip; only OP's tests run (repeatable)")
-    group.addoption("--regressions-dir", default=str(ROOT / "tests" / "regressions"), metavar="DIR",
+    group.addoption("--regressions-dir", default=str(DEFAULT_REGRESSIONS_DIR), metavar="DIR",
                     help="where regression fixtures are replayed from and written to (default: tests/regressions)")
     group.addoption("--judge-exact", action="store_true",
                     help="demand torch.topk's exact tie order on this device (default: a tie ordered "
@@ -114,7 +115,10 @@ def pytest_configure(config):
     for value in config.getoption("kernel"):
         try:
             op, path = parse_kernel_option(value)
-            kernels.setdefault(op, []).append(load_kernel(op, path, workdir=workdir))
+            # The controller imports each module in a child first (a crash or hang at import is then
+            # a usage error, not the run's end); workers import what the controller already did.
+            probe = None if hasattr(config, "workerinput") else IMPORT_PROBE_TIMEOUT_S
+            kernels.setdefault(op, []).append(load_kernel(op, path, workdir=workdir, probe_timeout_s=probe))
         except KernelLoadError as e:
             raise pytest.UsageError(str(e)) from None
     config.stash[KERNELS] = kernels

@@ -116,6 +116,13 @@ def replay_command(path: Path, impl: Implementation | None, kernel_option: str |
     return f"pytest{kernel}{where}{exact} tests/kernel/test_regressions.py -k {path.stem}"
 
 
+def fixture_meta(*, checks: list[str], message: str, severity: str, kernel: dict, device: str,
+                 judge_exact: bool, replay: str) -> dict:
+    """What a fixture says besides its case: one shape for every fixture the suite writes."""
+    return {"failure": {"checks": checks, "message": message, "severity": severity}, "kernel": kernel,
+            "device": device, "judge_exact": judge_exact, "replay": replay}
+
+
 def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None, custom_root: bool = False,
                    findings: list[Check] | None = None) -> tuple[Path, str]:
     """Write the failure (or, given `findings`, those checks: e.g. an unsupported input) as a
@@ -126,13 +133,19 @@ def record_fixture(failure: Failure, root: Path, *, kernel_option: str | None, c
     failing = findings if findings is not None else failure.verdict.failures(
         judge_exact=failure.options.judge_exact, strict=failure.options.strict)
     impl = failure.implementation
-    meta = {
-        "failure": {"checks": [c.name for c in failing], "message": failure.verdict.render(),
-                    "severity": "unsupported" if findings is not None and all(c.status == "unsupported" for c in failing)
-                    else "fail"},
-        "kernel": {"name": impl.name, "path": str(impl.path) if impl.path else None, "sha256": impl.sha256},
-        "device": failure.options.device,
-        "judge_exact": failure.options.judge_exact,
-        "replay": replay,
-    }
+    meta = fixture_meta(
+        checks=[c.name for c in failing], message=failure.verdict.render(),
+        severity="unsupported" if findings is not None and all(c.status == "unsupported" for c in failing) else "fail",
+        kernel={"name": impl.name, "path": str(impl.path) if impl.path else None, "sha256": impl.sha256},
+        device=failure.options.device, judge_exact=failure.options.judge_exact, replay=replay)
+    return write_fixture(root, case, meta), replay
+
+
+def record_crash_fixture(case: Case, root: Path, *, op: str, implementation: str, kernel_option: str | None,
+                         check: str, message: str, custom_root: bool = False) -> tuple[Path, str]:
+    """The case a worker died on (a crash, a hang, a device fault), as a fixture."""
+    replay = replay_command(fixture_path(root, case), None, kernel_option, str(root) if custom_root else None, op=op)
+    meta = fixture_meta(checks=[check], message=message, severity="fail",
+                        kernel={"name": implementation, "path": kernel_option, "sha256": ""},
+                        device="unknown (the worker died)", judge_exact=False, replay=replay)
     return write_fixture(root, case, meta), replay

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from strategies.case import case_from_json, case_to_json
-from strategies.fixtures import write_fixture
+from strategies.fixtures import is_default_root
 
 ENV_DIR = "_TRITONFUZZ_INFLIGHT_DIR"  # set by the controller, inherited by the workers
 MAX_RECORDED_BYTES = 8 * 1024 * 1024  # larger cases are recorded by their summary only
@@ -96,14 +96,12 @@ def crashed_case_verdict(config, report) -> dict | None:
     message = f"{record['reason']} on case: {record['summary']}"
     out = {"op": record["op"], "implementation": record["implementation"], "message": message}
     if record["case"] is not None:
-        from oracles.harness.failures import replay_command
-        case = case_from_json(record["case"])
+        from oracles.harness.failures import record_crash_fixture
         root = Path(config.getoption("regressions_dir"))
-        fixture = write_fixture(root, case, {
-            "failure": {"checks": ["device-fault" if record["reason"].startswith("device fault")
-                                   else record["reason"].split()[0]], "message": message},
-            "kernel": {"name": record["implementation"], "path": record["kernel_option"], "sha256": ""},
-            "device": "unknown (the worker died)",
-        })
-        out["message"] += f"\nfixture: {fixture}\nreplay: {replay_command(fixture, None, record['kernel_option'], None, op=record['op'])}"
+        check = "device-fault" if record["reason"].startswith("device fault") else record["reason"].split()[0]
+        fixture, replay = record_crash_fixture(
+            case_from_json(record["case"]), root, op=record["op"], implementation=record["implementation"],
+            kernel_option=record["kernel_option"], check=check, message=message,
+            custom_root=not is_default_root(root))
+        out["message"] += f"\nfixture: {fixture}\nreplay: {replay}"
     return out

@@ -14,6 +14,8 @@ import hashlib
 import importlib.util
 import inspect
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -80,9 +82,11 @@ def parse_kernel_option(value: str) -> tuple[str, Path]:
     return op, Path(path)
 
 
-def load_kernel(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKernel:
+def load_kernel(op: str, path: Path, *, workdir: Path | None = None,
+                probe_timeout_s: float | None = None) -> LoadedKernel:
     """The implementations in PATH. A zip's members are unpacked once, into `workdir` (a
-    folder the caller removes; one per run, shared by its processes) or a fresh temporary one."""
+    folder the caller removes; one per run, shared by its processes) or a fresh temporary one.
+    With `probe_timeout_s`, each module is first imported in a child process (probe_import)."""
     path = Path(path)
     if not path.exists():
         raise KernelLoadError(f"--kernel {op}={path}: no such file")
@@ -90,9 +94,11 @@ def load_kernel(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKe
         raise KernelLoadError(f"--kernel {op}={path}: is a directory; expected a .py module or a competition .zip")
     if path.suffix == ".py":
         read_source(path, where=f"--kernel {op}={path}")
+        if probe_timeout_s is not None:
+            probe_import([path], where=f"--kernel {op}={path}", timeout_s=probe_timeout_s)
         return LoadedKernel(op, str(path), [load_module_implementation(op, path, name=path.name)])
     if path.suffix == ".zip":
-        return load_zip(op, path, workdir=workdir)
+        return load_zip(op, path, workdir=workdir, probe_timeout_s=probe_timeout_s)
     raise KernelLoadError(f"--kernel {op}={path}: expected a .py module or a competition .zip, got {path.suffix or 'no suffix'!r}")
 
 
@@ -136,6 +142,7 @@ def read_source(path: Path, *, where: str) -> bytes:
     return data
 
 
+IMPORT_PROBE_TIMEOUT_S = 120.0  # a cold import of torch and triton takes seconds; a kernel module's own, less
 _IMPORT_RULE = "a kernel module's import must start no thread, change no directory and end no process"
 
 
@@ -217,6 +224,58 @@ def load_module_implementation(op: str, path: Path, *, name: str) -> Implementat
     return Implementation(op, name, entry_point(op, module, where=where), path, digest)
 
 
+# The child of probe_import: imports each module given, saying which before it starts.
+_PROBE = """
+import importlib.util, sys
+for i, path in enumerate(sys.argv[1:]):
+    print(f"tritonfuzz-probe-start {i}", flush=True)
+    spec = importlib.util.spec_from_file_location(f"tritonfuzz_probe_{i}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        pass  # a Python error is reported by the import in the run itself, with its message
+"""
+
+
+def probe_import(paths: list[Path], *, where: str, timeout_s: float, names: list[str] | None = None) -> None:
+    """Import the modules in a child process first: a module that kills its process at import (a
+    segfault through ctypes, a C extension's abort) or never finishes importing would otherwise
+    take the run down with no word; here it is a one-line error naming the module. Python errors
+    are left to the import in the run, which reports them with their message."""
+    names = names or [Path(p).name for p in paths]
+    with tempfile.TemporaryFile() as out:
+        try:
+            done = subprocess.run([sys.executable, "-c", _PROBE, *map(str, paths)], stdin=subprocess.DEVNULL,
+                                  stdout=out, stderr=subprocess.DEVNULL, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            out.seek(0)
+            raise KernelLoadError(f"{where}: importing {names[_last_started(out)]} did not finish in {timeout_s:g} s "
+                                  f"(a hang at import?)") from None
+        if done.returncode < 0:
+            out.seek(0)
+            raise KernelLoadError(f"{where}: importing {names[_last_started(out)]} killed its process "
+                                  f"({_signal_name(-done.returncode)}); {_IMPORT_RULE}")
+
+
+def _last_started(out) -> int:
+    """The index of the last module the probe said it began importing (read from the end only:
+    the module may have printed without bound)."""
+    out.seek(0, os.SEEK_END)
+    out.seek(max(0, out.tell() - 4096))
+    marks = [line.split()[-1] for line in out.read().decode("utf-8", "replace").splitlines()
+             if line.startswith("tritonfuzz-probe-start ")]
+    return int(marks[-1]) if marks and marks[-1].isdigit() else 0
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def zip_member_role(op: str, member: str) -> str | None:
     """'generic' for <op>.py, the vendor for <op>_<vendor>.py, None for anything else."""
     base = member.rsplit("/", 1)[-1]
@@ -247,7 +306,7 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget: int, *
     return b"".join(chunks)
 
 
-def load_zip(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKernel:
+def load_zip(op: str, path: Path, *, workdir: Path | None = None, probe_timeout_s: float | None = None) -> LoadedKernel:
     where = f"--kernel {op}={path}"
     if path.stat().st_size > ZIP_MAX_BYTES:
         raise KernelLoadError(f"{where}: {path.stat().st_size} bytes; the judge accepts at most {ZIP_MAX_BYTES}")
@@ -280,7 +339,7 @@ def load_zip(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKerne
         raise KernelLoadError(f"{where}: the zip holds no {op}.py (members: "
                               f"{', '.join(i for i, _, _ in members) or 'none that the judge reads'})")
     folder = _unpack_folder(op, path, workdir)
-    implementations = []
+    unpacked = []
     for filename, role, data in sorted(members, key=lambda m: (m[1] != "generic", m[0])):
         target = folder / role / Path(filename).name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -288,7 +347,11 @@ def load_zip(op: str, path: Path, *, workdir: Path | None = None) -> LoadedKerne
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, target)
-        implementations.append(load_module_implementation(op, target, name=f"{path.name}:{Path(filename).name}"))
+        unpacked.append((target, f"{path.name}:{Path(filename).name}"))
+    if probe_timeout_s is not None:
+        probe_import([target for target, _ in unpacked], where=where, timeout_s=probe_timeout_s,
+                     names=[name for _, name in unpacked])
+    implementations = [load_module_implementation(op, target, name=name) for target, name in unpacked]
     return LoadedKernel(op, str(path), implementations, notes)
 
 

@@ -54,6 +54,8 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
+from strategies.fixtures import DEFAULT_REGRESSIONS_DIR
+
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE_ENV = "TRITONFUZZ_DATABASE"
 DEFAULT_DATABASE = ".hypothesis/examples"  # Hypothesis's own default, resolved against the working directory
@@ -496,7 +498,7 @@ def render_fixtures(fixtures: list[dict]) -> str:
 
 
 def run(args) -> int:
-    regressions = Path(args.regressions_dir or ROOT / "tests" / "regressions").resolve()
+    regressions = Path(args.regressions_dir or DEFAULT_REGRESSIONS_DIR).resolve()
     log_dir = Path(args.log_dir).resolve() if args.log_dir else Path(tempfile.mkdtemp(prefix="tritonfuzz-engine-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     gpus = visible_gpus()

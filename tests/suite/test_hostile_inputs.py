@@ -272,6 +272,38 @@ def test_the_gate_reports_it_in_one_line_with_exit_code_4_and_leaves_no_temporar
     assert not [p for p in scratch.iterdir() if p.name.startswith("tritonfuzz-")], list(scratch.iterdir())
 
 
+SEGFAULT_AT_IMPORT = "import ctypes\nctypes.string_at(0)\n"
+
+
+def test_a_module_that_kills_its_process_at_import_is_a_usage_error(tmp_path):
+    """A segfault at import would end the run with no word: the module is imported in a child
+    first, and the crash named (the member, in a zip)."""
+    kernel = tmp_path / "segv.py"
+    kernel.write_text(SEGFAULT_AT_IMPORT)
+    with pytest.raises(KernelLoadError, match=r"importing segv.py killed its process \(SIGSEGV\)"):
+        load_kernel("hc_head", kernel, probe_timeout_s=60)
+    generic = (ROOT / "kernels" / "hc_head.py").read_text()
+    archive = write_zip(tmp_path / "sub.zip", {"hc_head.py": generic, "hc_head_metax.py": SEGFAULT_AT_IMPORT})
+    with pytest.raises(KernelLoadError, match=r"importing sub.zip:hc_head_metax.py killed its process \(SIGSEGV\)"):
+        load_kernel("hc_head", archive, workdir=tmp_path / "work", probe_timeout_s=60)
+
+
+def test_a_module_that_hangs_at_import_is_a_usage_error(tmp_path):
+    kernel = tmp_path / "hangs.py"
+    kernel.write_text("print('1')\nimport time\ntime.sleep(600)\n")
+    with pytest.raises(KernelLoadError, match=r"importing hangs.py did not finish in 3 s"):
+        load_kernel("hc_head", kernel, probe_timeout_s=3)
+
+
+def test_the_gate_reports_a_crash_at_import_in_one_line(tmp_path):
+    kernel = tmp_path / "segv.py"
+    kernel.write_text(SEGFAULT_AT_IMPORT)
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "-p", "no:cacheprovider",
+                           "-q", "tests/kernel/test_ops.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "killed its process (SIGSEGV)" in done.stderr and "INTERNALERROR" not in done.stdout + done.stderr
+
+
 def test_a_wrong_selection_expression_in_a_gate_is_a_usage_error_not_an_internal_error(tmp_path):
     """A gate runs in xdist workers, and only workers parse -k: the controller checks it first."""
     done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={ROOT / 'kernels' / 'hc_head.py'}",
