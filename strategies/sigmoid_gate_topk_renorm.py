@@ -29,8 +29,9 @@ SIZES = {
 }
 
 # The judge's cases (the contract: oracles/ops/sigmoid_gate_topk_renorm.py): (T, N, S, k,
-# route_scale, global_scale); the last five are its bench. Scales the researched task notes leave
-# unsaid are 1.0.
+# route_scale, global_scale); the last five are its bench. The first case's scales are the official
+# test's defaults (route_scale=1.0, global_scale=1.0: tests/test_sigmoid_gate_topk_renorm.py of
+# flagos-ai/FlagGems-sglang, read at 43aba8c on 2026-12-01); the fourth gives 1.0 for both itself.
 JUDGE_CASES = ((1, 32, 1, 3, 1.0, 1.0), (37, 128, 3, 5, 1.5, 0.8), (83, 64, 1, 6, 2.0, 1.2), (9, 256, 4, 12, 1.0, 1.0),
                *((m, 128, 3, 5, 1.5, 0.8) for m in (1, 8, 64, 512, 4096)))
 
