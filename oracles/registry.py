@@ -36,6 +36,7 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
     OpSpec("sigmoid_gate_topk_renorm",
            ("logits", "k", "n_shared_experts", "route_scale", "global_scale", "bias")),
     OpSpec("gate_topk", ("x", "k")),
+    OpSpec("moe_fused_gate", ("scores", "bias", "topk", "scoring_func", "num_fused_shared_experts", "renormalize", "routed_scaling_factor", "apply_routed_scaling_factor_on_output", "moe_softcapping", "num_expert_group", "topk_group")),
 )}
 
 
