@@ -235,7 +235,7 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
     bias = make_bias(bias_kind, N, groups=G, seed=draw(seeds(), label="bias_seed"))
 
     for m in range(M):
-        _row_hazard(draw, scores, m, G=G, per=per, KR=KR, dtype=dtype)
+        _row_hazard(draw, scores, bias, m, G=G, per=per, KR=KR, dtype=dtype, scoring=scoring, softcap=softcap)
     if M and draw(st.booleans(), label="specials?"):
         for pos, name in draw(st.lists(st.tuples(st.integers(0, M * N - 1), st.sampled_from(SPECIALS)),
                                        min_size=1, max_size=3), label="specials"):
@@ -265,23 +265,29 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
     return build_case(scores=place(scores, layout), bias=place(bias, bias_layout), features=features, **options)
 
 
-def _row_hazard(draw, scores, m, *, G, per, KR, dtype):
-    """One hazard in row m of scores (in place), each shrinking to "none"."""
+def _row_hazard(draw, scores, bias, m, *, G, per, KR, dtype, scoring, softcap):
+    """One hazard in row m (scores and bias in place), each shrinking to "none". Ties copy an
+    expert's score AND its bias, so they are exact ties of sel whatever the bias kind (the bias
+    is shared by the rows: the copy changes the other rows' sel too, which stays a valid input)."""
     N = scores.shape[1]
     hazard = draw(st.sampled_from(ROW_HAZARDS), label=f"row {m} hazard")
     row = scores[m]
-    order = torch.sort(row.double().nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
+    sel = (activations32(row[None], scoring, softcap)[0] + bias.float()).double()
+    order = torch.sort(sel.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
     if hazard == "ties" and N > 1:
-        # the value at a drawn rank copied to other lanes: at rank KR - 1 into lanes below it, so
-        # the tie straddles the routed slots' boundary
+        # the expert at a drawn rank copied to other experts: at rank KR - 1 onto experts below
+        # it, so the tie straddles the routed slots' boundary
         rank = max(KR - 1, 0) if draw(st.booleans(), label="at_boundary?") else draw(
             st.integers(0, min(N - 1, max(KR, 1))), label="rank")
         pool = order[rank + 1:] or order[:rank]
         lanes = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3, unique=True), label="tie_lanes")
         row[lanes] = row[order[rank]].clone()
+        bias[lanes] = bias[order[rank]].clone()
     elif hazard == "near_tie" and N > 1:
+        # the next expert's score one ulp of the dtype from the one above it, same bias
         rank = draw(st.integers(0, min(N - 2, max(KR, 1))), label="near_rank")
         row[order[rank + 1]] = next_in_dtype(row[order[rank]], up=draw(st.booleans(), label="above?"))
+        bias[order[rank + 1]] = bias[order[rank]].clone()
     elif hazard == "nan":
         for col, name in draw(st.lists(st.tuples(st.integers(0, N - 1), st.sampled_from(("nan", "-nan"))),
                                        min_size=1, max_size=3), label="nans"):
@@ -290,13 +296,16 @@ def _row_hazard(draw, scores, m, *, G, per, KR, dtype):
         # two equal maxima inside one group: its score is twice the maximum (one copy set aside,
         # not every lane equal to it)
         g = draw(st.integers(0, G - 1), label="group")
-        lanes = row[g * per:(g + 1) * per]
-        top = int(torch.argmax(lanes.double().nan_to_num(nan=-math.inf)))
-        other = draw(st.integers(0, per - 2), label="second")
-        lanes[other + (other >= top)] = lanes[top].clone()
+        lanes = list(range(g * per, (g + 1) * per))
+        top = max(lanes, key=lambda e: (math.inf if math.isnan(sel[e]) else float(sel[e]), -e))
+        others = [e for e in lanes if e != top]
+        second = draw(st.sampled_from(others), label="second")
+        row[second] = row[top].clone()
+        bias[second] = bias[top].clone()
     elif hazard == "group_tie" and G > 1:
         a, b = draw(st.lists(st.integers(0, G - 1), min_size=2, max_size=2, unique=True), label="groups")
         row[b * per:(b + 1) * per] = row[a * per:(a + 1) * per].clone()
+        bias[b * per:(b + 1) * per] = bias[a * per:(a + 1) * per].clone()
     elif hazard == "floor" and N > 1:
         rank = draw(st.integers(0, max(min(KR, N - 1), 0)), label="floor_rank")
         row[order[rank:]] = _floor_value(draw(st.sampled_from(FLOORS), label="floor"), dtype)
