@@ -64,9 +64,11 @@ SCORE_KINDS = (
     ("integers", "small integers -3..3: ties everywhere, equal maxima inside groups, equal group scores"),
     ("constant", "one value a row: every expert and every group tied"),
     ("group_copies", "every group a copy of group 0: equal group scores (exact with a group-periodic bias)"),
+    ("wide", "40 randn: sigmoid saturated, exp(s) overflowing a naive softplus above 88 and underflowing its "
+             "log(1 + exp(s)) below -17, softmax weights spanning many binades"),
     ("negative", "10 randn - 90: sigmoid near FLT_MIN, softplus underflowing: the routed sum at float32's edge"),
 )
-SCORE_DRAWS = ("judge", "scaled", "integers", "judge", "group_copies", "constant", "negative", "scaled")
+SCORE_DRAWS = ("judge", "scaled", "integers", "wide", "judge", "group_copies", "constant", "negative", "wide")
 
 BIAS_KINDS = (
     ("judge", "0.1 randn, float32: the judge's"),
@@ -79,6 +81,9 @@ BIAS_DRAWS = ("judge", "zeros", "group_periodic", "judge", "integers", "large")
 
 # What each row gets (one each), "none" first: the shrink target.
 ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "equal_max", "group_tie", "floor", "run", "all_equal")
+# The hazards as drawn: those few kernels get right (NaN chosen first, equal maxima of a group,
+# floors of zero weight, exact ties) twice as often as the rest.
+HAZARD_DRAWS = ROW_HAZARDS + ("nan", "equal_max", "floor", "ties")
 # Scores a kernel may use as a sentinel, or that underflow an activation, for the floors.
 FLOORS = ("-inf", "-max", "-1e4", "0.0")
 SPECIALS = ("nan", "-nan", "inf", "-inf", "-0.0", "0.0", "subnormal", "max", "-max")
@@ -134,6 +139,8 @@ def make_scores(kind: str, shape: tuple[int, int], *, groups: int, seed: int, sc
     if kind == "group_copies":
         per = N // groups
         return torch.randn(M, 1, per, generator=gen).expand(M, groups, per).reshape(M, N).to(dtype)
+    if kind == "wide":
+        return (40 * torch.randn(shape, generator=gen)).to(dtype)
     if kind == "negative":
         return (10 * torch.randn(shape, generator=gen) - 90).to(dtype)
     raise InvalidArgument(f"make_scores: kind={kind!r}; expected one of {[k for k, _ in SCORE_KINDS]}")
@@ -163,8 +170,8 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
     size) or grouped (G from GROUP_COUNTS, N / G from GROUP_SIZES or any, topk_group 1..G); the
     scoring function (an odd name rarely) and its softcap; shared slots S; routed slots KR (1 ..
     the kept experts; KR = all kept, KR above the kept experts and KR = 0 each behind a boolean);
-    renormalize, the routed scale and where it applies; the scores' dtype and value kind
-    (SCORE_KINDS), the bias kind (BIAS_KINDS); then one hazard a row (ROW_HAZARDS); behind
+    renormalize, the routed scale and where it applies; the scores' dtype, each row's value kind
+    (SCORE_KINDS) and magnitude, the bias kind (BIAS_KINDS); then one hazard a row (ROW_HAZARDS); behind
     booleans, specials anywhere in the scores, specials in the bias, a bias-made tie in row 0;
     then the layouts (gaps hold NaN). Shrinks toward: min_rows (then one row), ungrouped, N = 1,
     sigmoid, S = 0, KR = 1, the judge's options, bf16, randn scores and bias, no hazard,
@@ -194,11 +201,21 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
     else:
         M = draw(st.integers(max(min_rows, 1), max(max_rows, 1)), label="M")
     counts = [g for g in GROUP_COUNTS if g <= max_groups and 2 * g <= max_experts]
-    if counts and draw(st.booleans(), label="grouped?"):
+    fill = False
+    if counts and draw(st.sampled_from((False, True, True)), label="grouped?"):
         G = draw(st.sampled_from(counts), label="G")
-        sizes = [e for e in GROUP_SIZES if G * e <= max_experts]
-        per = draw(st.one_of(st.sampled_from(sizes), st.integers(2, max_experts // G)), label="experts_per_group")
-        N, tg = G * per, draw(st.integers(1, G), label="topk_group")
+        # the -inf fill: more routed slots than the kept groups hold (small groups, few kept), so
+        # torch.topk goes on into the dropped experts, all -inf
+        fill = max_routed >= 3 and draw(sometimes(4), label="KR>kept?")
+        if fill:
+            per = draw(st.integers(2, max(2, min(max_routed // 2, max_experts // G))), label="experts_per_group")
+        else:
+            sizes = [e for e in GROUP_SIZES if G * e <= max_experts]
+            per = draw(st.one_of(st.sampled_from(sizes), st.integers(2, max_experts // G)), label="experts_per_group")
+        N = G * per
+        limit = min(N, max_routed)
+        fill = fill and per < limit
+        tg = draw(st.integers(1, min(G, (limit - 1) // per) if fill else G), label="topk_group")
         kept = tg * per
     else:
         G, tg, per = 1, 1, None
@@ -211,8 +228,8 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
                    label="moe_softcapping")
     S = draw(st.integers(0, max_shared), label="num_fused_shared_experts")
     top = min(kept, max_routed)
-    if G > 1 and kept < min(N, max_routed) and draw(sometimes(8), label="KR>kept?"):
-        KR = draw(st.integers(kept + 1, min(N, max_routed)), label="KR")       # the -inf fill
+    if fill:
+        KR = draw(st.integers(kept + 1, min(N, max_routed)), label="KR")
     elif top > 1 and draw(sometimes(6), label="KR=max?"):
         KR = top
     elif draw(sometimes(15), label="KR=0?"):
@@ -221,22 +238,27 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
         KR = draw(st.integers(1, top), label="KR")
     options = dict(
         topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S,
-        renormalize=draw(st.sampled_from((True, False)), label="renormalize"),
+        renormalize=draw(st.sampled_from((True, False, True)), label="renormalize"),
         routed_scaling_factor=draw(st.sampled_from(RSF), label="routed_scaling_factor"),
         apply_routed_scaling_factor_on_output=draw(st.sampled_from((False, True)), label="apply_rsf"),
         moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
 
     dtype = draw(st.sampled_from(dtypes), label="dtype")
-    kind = draw(st.sampled_from(SCORE_DRAWS if G > 1 else [k for k in SCORE_DRAWS if k != "group_copies"]),
-                label="scores")
-    scores = make_scores(kind, (M, N), groups=G, seed=draw(seeds(), label="scores_seed"),
-                         scale=draw(magnitudes(), label="scale"), dtype=dtype)
+    # each row its own value kind (and magnitude): a case of M rows tests M kinds for the price
+    # of one launch, and the minimizer drops the rows that do not matter
+    kinds_pool = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")
+    seed = draw(seeds(), label="scores_seed")
+    kinds = [draw(st.sampled_from(kinds_pool), label=f"row {m} scores") for m in range(M)]
+    rows = [make_scores(k, (1, N), groups=G, seed=seed + m, scale=draw(magnitudes(), label=f"row {m} scale"),
+                        dtype=dtype) for m, k in enumerate(kinds)]
+    scores = torch.cat(rows) if rows else torch.empty(0, N, dtype=dtype)
     bias_kind = draw(st.sampled_from(BIAS_DRAWS), label="bias")
     bias = make_bias(bias_kind, N, groups=G, seed=draw(seeds(), label="bias_seed"))
 
     for m in range(M):
-        _row_hazard(draw, scores, bias, m, G=G, per=per, KR=KR, dtype=dtype, scoring=scoring, softcap=softcap)
-    if M and draw(st.booleans(), label="specials?"):
+        _row_hazard(draw, scores, bias, m, G=G, per=per, tg=tg, KR=KR, dtype=dtype, scoring=scoring,
+                    softcap=softcap)
+    if M and draw(sometimes(4), label="specials?"):
         for pos, name in draw(st.lists(st.tuples(st.integers(0, M * N - 1), st.sampled_from(SPECIALS)),
                                        min_size=1, max_size=3), label="specials"):
             scores.view(-1)[pos] = special_tensor(name, dtype)
@@ -256,7 +278,7 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
     layout = draw(layouts(), label="scores_layout")
     bias_layout = draw(st.sampled_from((Layout(), Layout("offset", 3), Layout("stepped", 2))), label="bias_layout") \
         if draw(sometimes(6), label="bias strided?") else Layout()
-    features = {f"dtype={str(dtype).split('.')[-1]}", f"scores={kind}", f"bias={bias_kind}",
+    features = {f"dtype={str(dtype).split('.')[-1]}", *(f"scores={k}" for k in kinds), f"bias={bias_kind}",
                 f"scoring={scoring if scoring in SCORING else 'odd'}"} | case_features(scores, bias, options)
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")
@@ -265,12 +287,19 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
     return build_case(scores=place(scores, layout), bias=place(bias, bias_layout), features=features, **options)
 
 
-def _row_hazard(draw, scores, bias, m, *, G, per, KR, dtype, scoring, softcap):
+def group_ranks(sel: torch.Tensor, G: int) -> list[int]:
+    """The groups of one row's sel [N] (float64) from the highest score (sum of the two largest)
+    down, NaN first, ties to the lower group."""
+    top2 = torch.topk(sel.view(G, -1), 2, dim=-1).values.sum(-1)
+    return torch.sort(top2.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
+
+
+def _row_hazard(draw, scores, bias, m, *, G, per, tg, KR, dtype, scoring, softcap):
     """One hazard in row m (scores and bias in place), each shrinking to "none". Ties copy an
     expert's score AND its bias, so they are exact ties of sel whatever the bias kind (the bias
     is shared by the rows: the copy changes the other rows' sel too, which stays a valid input)."""
     N = scores.shape[1]
-    hazard = draw(st.sampled_from(ROW_HAZARDS), label=f"row {m} hazard")
+    hazard = draw(st.sampled_from(HAZARD_DRAWS), label=f"row {m} hazard")
     row = scores[m]
     sel = (activations32(row[None], scoring, softcap)[0] + bias.float()).double()
     order = torch.sort(sel.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
@@ -293,9 +322,11 @@ def _row_hazard(draw, scores, bias, m, *, G, per, KR, dtype, scoring, softcap):
                                        min_size=1, max_size=3), label="nans"):
             row[col] = special_tensor(name, dtype)
     elif hazard == "equal_max" and G > 1:
-        # two equal maxima inside one group: its score is twice the maximum (one copy set aside,
-        # not every lane equal to it)
-        g = draw(st.integers(0, G - 1), label="group")
+        # two equal maxima inside one group (its score is then twice the maximum: one copy set
+        # aside, not every lane equal to it); at the boundary, in the first group the reference
+        # drops, whose doubled maximum may now lift it into the kept ones
+        g = group_ranks(sel, G)[min(tg, G - 1)] if draw(st.booleans(), label="at_boundary?") else \
+            draw(st.integers(0, G - 1), label="group")
         lanes = list(range(g * per, (g + 1) * per))
         top = max(lanes, key=lambda e: (math.inf if math.isnan(sel[e]) else float(sel[e]), -e))
         others = [e for e in lanes if e != top]
@@ -303,7 +334,13 @@ def _row_hazard(draw, scores, bias, m, *, G, per, KR, dtype, scoring, softcap):
         row[second] = row[top].clone()
         bias[second] = bias[top].clone()
     elif hazard == "group_tie" and G > 1:
-        a, b = draw(st.lists(st.integers(0, G - 1), min_size=2, max_size=2, unique=True), label="groups")
+        # a group copied onto another (scores and bias): equal group scores, at the boundary the
+        # last kept group and the first dropped one
+        if tg < G and draw(st.booleans(), label="at_boundary?"):
+            ranks = group_ranks(sel, G)
+            a, b = ranks[tg - 1], ranks[tg]
+        else:
+            a, b = draw(st.lists(st.integers(0, G - 1), min_size=2, max_size=2, unique=True), label="groups")
         row[b * per:(b + 1) * per] = row[a * per:(a + 1) * per].clone()
         bias[b * per:(b + 1) * per] = bias[a * per:(a + 1) * per].clone()
     elif hazard == "floor" and N > 1:
@@ -448,8 +485,8 @@ def smaller_cases(case: Case):
     if S:
         yield case.with_inputs(topk=KR, num_fused_shared_experts=0)
         yield case.with_inputs(topk=a["topk"] - 1, num_fused_shared_experts=S - 1)
-    for smaller in sorted({1, KR - 1} - {0, KR}):
-        if smaller < KR:
+    for smaller in sorted({1, KR - 1}):
+        if 0 < smaller < KR:
             yield case.with_inputs(topk=smaller + S)
     if G > 1:
         per = N // G
