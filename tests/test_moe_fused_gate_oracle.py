@@ -133,8 +133,9 @@ def test_scores64_against_mpmath(scoring, c):
 def test_bounds_cover_a_float32_evaluation_and_little_more():
     """The per-element bounds hold for torch's float32 act and sel (a correct evaluation), and
     stay within (|x| + 32) ulps of act -- exp's argument rounding is |x| ulps of its result, the
-    rest a few -- (softmax: within 2 max|z| + N + 64 ulps, z = max(sel) - sel; N for a sum of N
-    terms in any order): a bound that swallowed real errors would be useless."""
+    rest a few -- (softmax: within 2 max|z| + N + 64 ulps, z = max(sel) - sel, N for a sum of N
+    terms in any order, plus twice the largest sel error: each weight moves with its own sel and
+    with all of them): a bound that swallowed real errors would be useless."""
     x = torch.linspace(-100, 100, 4001)[None, :]
     bias = torch.zeros(x.shape[1])
     u = 2.0 ** -24
@@ -145,7 +146,8 @@ def test_bounds_cover_a_float32_evaluation_and_little_more():
         assert bool(((sel32.double() - sc.sel).abs() <= sc.tol).all()), scoring
         # away from FLT_MIN: softplus below it may flush (sqrt of a flushed value: 1e-19 absolute)
         big = sc.act.abs() > (1e-16 if scoring == "sqrtsoftplus" else 1e-30)
-        ulps = (x.double().abs() + 32) if scoring != "softmax" else 2 * (sc.sel.max() - sc.sel.min()) + x.shape[1] + 64
+        ulps = (x.double().abs() + 32) if scoring != "softmax" else \
+            2 * (sc.sel.max() - sc.sel.min()) + x.shape[1] + 64 + 2 * sc.tol.max() / u
         assert bool((sc.act_err[big] <= (ulps * u * sc.act.abs())[big] + 1e-37).all()), scoring
 
 
@@ -422,9 +424,17 @@ def test_drawn_cases_and_smaller_moves_are_valid_for_the_official_reference():
 
 
 def test_nan_case_shrinks_small():
+    """Hypothesis shrinks a NaN case to one expert, contiguous, bf16; rows shrink less (each row
+    draws its own kind and hazard, so the NaN's row cannot simply become row 0), and the
+    minimizer's row moves (smaller_cases) finish the job: one row."""
+    from strategies.minimize import minimize
     case = find(CASES, lambda c: bool(c.inputs["scores"].isnan().any()),
-                settings=settings(FIRST, phases=[Phase.generate, Phase.shrink]))
-    assert shape(case)[0] == 1 and shape(case)[1] <= 2 and case.inputs["scores"].is_contiguous(), case
+                settings=settings(FIRST, derandomize=True, phases=[Phase.generate, Phase.shrink]))
+    M, N, _ = shape(case)
+    assert N == 1 and case.inputs["scores"].is_contiguous() and case.inputs["scores"].dtype == torch.bfloat16, case
+    small = minimize(case, lambda c: bool(c.inputs["scores"].isnan().any()), smaller_cases=smaller_cases,
+                     budget_s=5.0, values=False)
+    assert shape(small)[:2] == (1, 1), small
 
 
 def test_judge_cases_are_the_judges():
