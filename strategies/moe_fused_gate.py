@@ -25,10 +25,12 @@ from strategies.values import FLOAT_DTYPES, Layout, background, hostile_sizes, l
 OP = "moe_fused_gate"
 
 # Case sizes by where the kernel runs: under the CPU interpreter a launch costs ~0.1 s and each
-# routed slot is a few reductions over the row, so rows and slots stay small there (N up to 320
-# still reaches 255/256/257, DeepSeek-V3's 256 = 8 x 32 and Kimi K2's 384 > 320 only on a GPU).
+# routed slot is a few reductions over the row, so slots stay small there (N up to 320 still
+# reaches 255/256/257 and DeepSeek-V3's 256 = 8 x 32; Kimi K2's 384 only on a GPU). Rows cost
+# almost nothing more (the interpreter's cost is per operation, not per element), and each row
+# carries its own value kind and hazard, so a case holds up to 8.
 SIZES = {
-    "cpu": dict(max_rows=6, max_experts=320, max_routed=12, max_shared=3, max_groups=16),
+    "cpu": dict(max_rows=8, max_experts=320, max_routed=12, max_shared=3, max_groups=16),
     "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16),
 }
 
@@ -64,11 +66,12 @@ SCORE_KINDS = (
     ("integers", "small integers -3..3: ties everywhere, equal maxima inside groups, equal group scores"),
     ("constant", "one value a row: every expert and every group tied"),
     ("group_copies", "every group a copy of group 0: equal group scores (exact with a group-periodic bias)"),
-    ("wide", "40 randn: sigmoid saturated, exp(s) overflowing a naive softplus above 88 and underflowing its "
+    ("wide", "60 randn: sigmoid saturated, exp(s) overflowing a naive softplus above 88 and underflowing its "
              "log(1 + exp(s)) below -17, softmax weights spanning many binades"),
     ("negative", "10 randn - 90: sigmoid near FLT_MIN, softplus underflowing: the routed sum at float32's edge"),
 )
-SCORE_DRAWS = ("judge", "scaled", "integers", "wide", "judge", "group_copies", "constant", "negative", "wide")
+SCORE_DRAWS = ("judge", "scaled", "integers", "wide", "judge", "group_copies", "wide", "constant", "negative", "wide",
+               "wide")
 
 BIAS_KINDS = (
     ("judge", "0.1 randn, float32: the judge's"),
@@ -82,15 +85,17 @@ BIAS_DRAWS = ("judge", "zeros", "group_periodic", "judge", "integers", "large")
 # What each row gets (one each), "none" first: the shrink target.
 ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "equal_max", "group_tie", "floor", "run", "all_equal")
 # The hazards as drawn: those few kernels get right (NaN chosen first, equal maxima of a group,
-# floors of zero weight, exact ties) twice as often as the rest.
-HAZARD_DRAWS = ROW_HAZARDS + ("nan", "equal_max", "floor", "ties")
+# floors of zero weight, exact ties) twice as often as the rest; the group hazards only where
+# there are groups (three times as often there).
+HAZARD_DRAWS = ROW_HAZARDS + ("nan", "equal_max", "floor", "ties", "equal_max", "group_tie")
+UNGROUPED_HAZARDS = tuple(h for h in HAZARD_DRAWS if h not in ("equal_max", "group_tie"))
 # Scores a kernel may use as a sentinel, or that underflow an activation, for the floors.
 FLOORS = ("-inf", "-max", "-1e4", "0.0")
 SPECIALS = ("nan", "-nan", "inf", "-inf", "-0.0", "0.0", "subnormal", "max", "-max")
 BIAS_SPECIALS = ("nan", "inf", "-inf", "1e30", "-1e30")
 # routed_scaling_factor values: the judge's first (1.0, then 2.5 and 1.7), then None (the
 # reference reads it as 1.0) and values outside the judge's domain that the reference accepts.
-RSF = (1.0, 2.5, 1.7, 0.5, 16.0, None, 1e-3, -1.0, 0.0)
+RSF = (1.0, 2.5, 1.7, 0.5, 16.0, 1e-3, -1.0, 0.0, None)
 SOFTCAPS = (0.0, 30.0, 1.0, 5.0)
 # Group counts and group sizes: DeepSeek's 8 first, then powers of two and not.
 GROUP_COUNTS = (8, 2, 3, 4, 16, 5, 7)
@@ -140,7 +145,7 @@ def make_scores(kind: str, shape: tuple[int, int], *, groups: int, seed: int, sc
         per = N // groups
         return torch.randn(M, 1, per, generator=gen).expand(M, groups, per).reshape(M, N).to(dtype)
     if kind == "wide":
-        return (40 * torch.randn(shape, generator=gen)).to(dtype)
+        return (60 * torch.randn(shape, generator=gen)).to(dtype)
     if kind == "negative":
         return (10 * torch.randn(shape, generator=gen) - 90).to(dtype)
     raise InvalidArgument(f"make_scores: kind={kind!r}; expected one of {[k for k, _ in SCORE_KINDS]}")
@@ -206,7 +211,7 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
         G = draw(st.sampled_from(counts), label="G")
         # the -inf fill: more routed slots than the kept groups hold (small groups, few kept), so
         # torch.topk goes on into the dropped experts, all -inf
-        fill = max_routed >= 3 and draw(sometimes(4), label="KR>kept?")
+        fill = max_routed >= 3 and draw(st.booleans(), label="KR>kept?")
         if fill:
             per = draw(st.integers(2, max(2, min(max_routed // 2, max_experts // G))), label="experts_per_group")
         else:
@@ -226,7 +231,11 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
         scoring = draw(st.sampled_from(ODD_SCORING), label="odd_scoring")
     softcap = draw(st.sampled_from(SOFTCAPS if scoring not in ("sigmoid", "sqrtsoftplus") else SOFTCAPS[:2]),
                    label="moe_softcapping")
-    S = draw(st.integers(0, max_shared), label="num_fused_shared_experts")
+    # Half the cases turn every option on at once (shared slots, renormalization, an rsf that is
+    # not 1, the scale on the output): bugs in how the options combine need all of them in one
+    # case, and independent draws meet that combination in one case of seven.
+    all_on = max_shared >= 1 and draw(st.booleans(), label="all options on?")
+    S = draw(st.integers(1 if all_on else 0, max_shared), label="num_fused_shared_experts")
     top = min(kept, max_routed)
     if fill:
         KR = draw(st.integers(kept + 1, min(N, max_routed)), label="KR")
@@ -238,9 +247,10 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
         KR = draw(st.integers(1, top), label="KR")
     options = dict(
         topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S,
-        renormalize=draw(st.sampled_from((True, False, True)), label="renormalize"),
-        routed_scaling_factor=draw(st.sampled_from(RSF), label="routed_scaling_factor"),
-        apply_routed_scaling_factor_on_output=draw(st.sampled_from((False, True)), label="apply_rsf"),
+        renormalize=True if all_on else draw(st.sampled_from((True, False, True)), label="renormalize"),
+        routed_scaling_factor=draw(st.sampled_from(RSF[1:-1] if all_on else RSF), label="routed_scaling_factor"),
+        apply_routed_scaling_factor_on_output=True if all_on else draw(st.sampled_from((False, True)),
+                                                                       label="apply_rsf"),
         moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
 
     dtype = draw(st.sampled_from(dtypes), label="dtype")
@@ -294,12 +304,17 @@ def group_ranks(sel: torch.Tensor, G: int) -> list[int]:
     return torch.sort(top2.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
 
 
+def _best_lane(sel: torch.Tensor, lanes) -> int:
+    """The lane of the largest sel among `lanes` (NaN first, the lower lane among ties)."""
+    return max(lanes, key=lambda e: (math.inf if math.isnan(sel[e]) else float(sel[e]), -e))
+
+
 def _row_hazard(draw, scores, bias, m, *, G, per, tg, KR, dtype, scoring, softcap):
     """One hazard in row m (scores and bias in place), each shrinking to "none". Ties copy an
     expert's score AND its bias, so they are exact ties of sel whatever the bias kind (the bias
     is shared by the rows: the copy changes the other rows' sel too, which stays a valid input)."""
     N = scores.shape[1]
-    hazard = draw(st.sampled_from(HAZARD_DRAWS), label=f"row {m} hazard")
+    hazard = draw(st.sampled_from(HAZARD_DRAWS if G > 1 else UNGROUPED_HAZARDS), label=f"row {m} hazard")
     row = scores[m]
     sel = (activations32(row[None], scoring, softcap)[0] + bias.float()).double()
     order = torch.sort(sel.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
@@ -322,17 +337,27 @@ def _row_hazard(draw, scores, bias, m, *, G, per, tg, KR, dtype, scoring, softca
                                        min_size=1, max_size=3), label="nans"):
             row[col] = special_tensor(name, dtype)
     elif hazard == "equal_max" and G > 1:
-        # two equal maxima inside one group (its score is then twice the maximum: one copy set
-        # aside, not every lane equal to it); at the boundary, in the first group the reference
-        # drops, whose doubled maximum may now lift it into the kept ones
-        g = group_ranks(sel, G)[min(tg, G - 1)] if draw(st.booleans(), label="at_boundary?") else \
-            draw(st.integers(0, G - 1), label="group")
-        lanes = list(range(g * per, (g + 1) * per))
-        top = max(lanes, key=lambda e: (math.inf if math.isnan(sel[e]) else float(sel[e]), -e))
-        others = [e for e in lanes if e != top]
-        second = draw(st.sampled_from(others), label="second")
-        row[second] = row[top].clone()
-        bias[second] = bias[top].clone()
+        # two equal maxima inside one group: its score is twice the maximum (one copy set aside,
+        # not every lane equal to it). At the boundary: the first dropped group becomes two copies
+        # of the last kept group's best expert (a) over copies of that group's worst one, so it
+        # outranks that group (2a against a + b) only if both copies count
+        ranks = group_ranks(sel, G)
+        if tg < G and draw(st.sampled_from((True, False, True)), label="at_boundary?"):
+            kept_last, g = ranks[tg - 1], ranks[tg]
+            source = _best_lane(sel, range(kept_last * per, (kept_last + 1) * per))
+            worst = min(range(kept_last * per, (kept_last + 1) * per),
+                        key=lambda e: (-math.inf if math.isnan(sel[e]) else float(sel[e]), e))
+            lanes = draw(st.lists(st.integers(g * per, (g + 1) * per - 1), min_size=2, max_size=2, unique=True),
+                         label="copies")
+            rest = [e for e in range(g * per, (g + 1) * per) if e not in lanes]
+            row[rest] = row[worst].clone()
+            bias[rest] = bias[worst].clone()
+        else:
+            g = draw(st.integers(0, G - 1), label="group")
+            source = _best_lane(sel, range(g * per, (g + 1) * per))
+            lanes = [draw(st.sampled_from([e for e in range(g * per, (g + 1) * per) if e != source]), label="second")]
+        row[lanes] = row[source].clone()
+        bias[lanes] = bias[source].clone()
     elif hazard == "group_tie" and G > 1:
         # a group copied onto another (scores and bias): equal group scores, at the boundary the
         # last kept group and the first dropped one

@@ -35,9 +35,9 @@ equal to the maximum). Its two values are decoded back from their keys, so a NaN
 
 Two designs of the same function (both fuzzed, see IMPLEMENTATIONS at the end):
 
-- `moe_fused_gate_grouped`: BLOCK_M rows a program as a [BLOCK_M, G_PAD, E_PAD] tile, expert
-  g * (N / G) + j at lane (g, j): each group is padded on its own, so a group size that is not a
-  power of two never misaligns groups, and a group's two maxima are one reduction each.
+- `moe_fused_gate_grouped` (the entry): BLOCK_M rows a program as a [BLOCK_M, G_PAD, E_PAD]
+  tile, expert g * (N / G) + j at lane (g, j): each group is padded on its own, so a group size
+  that is not a power of two never misaligns groups, and a group's two maxima are one reduction.
 - `moe_fused_gate_flat`: BLOCK_M rows a program as a [BLOCK_M, N_PAD] tile, expert e at lane e
   and in group e // (N / G); the group scores are a loop over groups. No padding beyond N_PAD.
 
@@ -482,19 +482,16 @@ def moe_fused_gate(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_
                    num_expert_group=1, topk_group=1):
     """The entry the judge calls, by keyword -> (weights [M, topk] float32, indices [M, topk] int32).
 
-    The grouped design while its per-group padding costs at most twice the lanes of a flat row
-    (DeepSeek-V3's 8 groups of 32 cost nothing), the flat design beyond (e.g. 9 groups of 17).
+    The grouped design for every shape: padding each group on its own never costs more than
+    twice the lanes of a flat row (ceil(log2 G) + ceil(log2 N/G) <= ceil(log2 N) + 1), and its
+    group scores take one reduction each where the flat design loops over the groups.
     """
-    if isinstance(scores, torch.Tensor) and scores.ndim == 2 and isinstance(num_expert_group, numbers.Integral) \
-            and num_expert_group > 1 and scores.shape[1] % num_expert_group == 0:
-        N, G = scores.shape[1], int(num_expert_group)
-        if _next_pow2(G) * _next_pow2(max(N // G, 1)) > 2 * _next_pow2(max(N, 1)):
-            return moe_fused_gate_flat(scores, bias, topk, scoring_func, num_fused_shared_experts, renormalize,
-                                       routed_scaling_factor, apply_routed_scaling_factor_on_output, moe_softcapping,
-                                       num_expert_group, topk_group)
-    return moe_fused_gate_grouped(scores, bias, topk, scoring_func, num_fused_shared_experts, renormalize,
-                                  routed_scaling_factor, apply_routed_scaling_factor_on_output, moe_softcapping,
-                                  num_expert_group, topk_group)
+    return moe_fused_gate_grouped(
+        scores=scores, bias=bias, topk=topk, scoring_func=scoring_func,
+        num_fused_shared_experts=num_fused_shared_experts, renormalize=renormalize,
+        routed_scaling_factor=routed_scaling_factor,
+        apply_routed_scaling_factor_on_output=apply_routed_scaling_factor_on_output,
+        moe_softcapping=moe_softcapping, num_expert_group=num_expert_group, topk_group=topk_group)
 
 
 reference = moe_fused_gate  # the entry name the competition imports
