@@ -1,7 +1,7 @@
 """The Case: the unit that is generated, run, judged, minimized, saved and replayed.
 
 A Case is a frozen record of one call of an op: its named inputs in call order (tensors, ints,
-floats, None), the features that produced it ("nan", "tail", "ties", ...) for statistics, and a
+floats, strings, None), the features that produced it ("nan", "tail", "ties", ...) for statistics, and a
 short label. Layout facts travel inside the tensors themselves: a strided view or a storage
 offset is kept as such, and serialization records shape, strides, storage offset and the raw
 bytes of the storage span the view can reach (the gaps included, so that a kernel that ignores
@@ -207,7 +207,7 @@ def _inputs_to_json(inputs: Mapping[str, Any], *, preview: bool) -> dict:
     for name, value in inputs.items():
         if isinstance(value, torch.Tensor):
             out[name] = {"tensor": tensor_to_json(value, preview=preview)}
-        elif isinstance(value, bool) or value is None or isinstance(value, int):
+        elif isinstance(value, (bool, str)) or value is None or isinstance(value, int):
             out[name] = {"int": value} if isinstance(value, int) and not isinstance(value, bool) else {"value": value}
         elif isinstance(value, float):
             out[name] = float_to_json(value)

@@ -1,0 +1,577 @@
+"""moe_fused_gate cases: grouped and ungrouped routers (groups of sizes that are not powers of two,
+group counts that are not either), every scoring function, exact ties of experts and of groups
+(equal group maxima, groups that copy each other), bias-made ties, near ties one ulp apart, NaN
+and +-inf in the scores and the bias, floors of -inf or of underflowing scores, routed slots from
+0 (outside the judge's domain) to all kept experts and beyond (the -inf fill), shared slots 0..3,
+renormalize and the routed scale on and off, rsf of every sign and None, strided and offset
+layouts, every dtype the reference accepts; the judge's ten cases, its bench grid, three
+routers' configurations, and the structural moves the minimizer uses."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from strategies.case import Case
+from strategies.gate_topk import next_in_dtype, special_tensor
+from strategies.minimize import row_subsets
+from strategies.values import FLOAT_DTYPES, Layout, background, hostile_sizes, layouts, magnitudes, place, seeds, \
+    sometimes
+
+OP = "moe_fused_gate"
+
+# Case sizes by where the kernel runs: under the CPU interpreter a launch costs ~0.1 s and each
+# routed slot is a few reductions over the row, so slots stay small there (N up to 320 still
+# reaches 255/256/257 and DeepSeek-V3's 256 = 8 x 32; Kimi K2's 384 only on a GPU). Rows cost
+# almost nothing more (the interpreter's cost is per operation, not per element), and each row
+# carries its own value kind and hazard, so a case holds up to 8.
+SIZES = {
+    "cpu": dict(max_rows=8, max_experts=320, max_routed=12, max_shared=3, max_groups=16),
+    "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16),
+}
+
+# The signature, in order: every case names every argument, as the judge passes them (by keyword).
+PARAMS = ("scores", "bias", "topk", "scoring_func", "num_fused_shared_experts", "renormalize",
+          "routed_scaling_factor", "apply_routed_scaling_factor_on_output", "moe_softcapping",
+          "num_expert_group", "topk_group")
+DEFAULTS = dict(scoring_func="sigmoid", num_fused_shared_experts=0, renormalize=True, routed_scaling_factor=1.0,
+                apply_routed_scaling_factor_on_output=False, moe_softcapping=0.0, num_expert_group=1, topk_group=1)
+
+# The judge's cases (tests/test_moe_fused_gate.py of flagos-ai/FlagGems-sglang): (M, N, topk,
+# options that differ from the defaults, scores dtype); the last five are also its bench grid.
+_GROUPED = (("num_fused_shared_experts", 1), ("num_expert_group", 8), ("topk_group", 4))
+JUDGE_CASES = (
+    (1, 8, 2, (), torch.bfloat16),
+    (37, 256, 8, (("num_fused_shared_experts", 1), ("routed_scaling_factor", 2.5), ("num_expert_group", 8),
+                  ("topk_group", 4)), torch.bfloat16),
+    (83, 64, 6, (("scoring_func", "sqrtsoftplus"),), torch.bfloat16),
+    (17, 32, 4, (("scoring_func", "softmax"), ("moe_softcapping", 30.0), ("renormalize", False)), torch.bfloat16),
+    (9, 128, 6, (("apply_routed_scaling_factor_on_output", True), ("routed_scaling_factor", 1.7)), torch.float32),
+    *((m, 256, 8, _GROUPED, torch.bfloat16) for m in (1, 8, 64, 512, 4096)),
+)
+
+SCORING = ("sigmoid", "sqrtsoftplus", "softmax")
+# Odd names the reference sends to its softmax branch (anything but the two exact names).
+ODD_SCORING = ("Sigmoid", "softmax_with_bias")
+
+# How a row's scores are drawn, each with why. The first is the judge's and the shrink target.
+SCORE_KINDS = (
+    ("judge", "randn cast to the scores' dtype: the judge's only inputs"),
+    ("scaled", "randn at a drawn magnitude: sigmoid saturating to 0 and 1, exp overflowing in a naive softplus "
+               "or softmax, softmax weights underflowing"),
+    ("integers", "small integers -3..3: ties everywhere, equal maxima inside groups, equal group scores"),
+    ("constant", "one value a row: every expert and every group tied"),
+    ("group_copies", "every group a copy of group 0: equal group scores (exact with a group-periodic bias)"),
+    ("wide", "60 randn: sigmoid saturated, exp(s) overflowing a naive softplus above 88 and underflowing its "
+             "log(1 + exp(s)) below -17, softmax weights spanning many binades"),
+    ("negative", "10 randn - 90: sigmoid near FLT_MIN, softplus underflowing: the routed sum at float32's edge"),
+)
+SCORE_DRAWS = ("judge", "scaled", "integers", "wide", "judge", "group_copies", "wide", "constant", "negative", "wide",
+               "wide")
+
+BIAS_KINDS = (
+    ("judge", "0.1 randn, float32: the judge's"),
+    ("zeros", "no bias: sel ties exactly where the scores tie"),
+    ("group_periodic", "bias[g E + j] = b[j]: groups holding the same scores tie exactly"),
+    ("integers", "-1, 0, 1: ties, and a bias that outweighs sigmoid's range"),
+    ("large", "10 randn: the bias decides the choice, so small act values are what gets weighted"),
+)
+BIAS_DRAWS = ("judge", "zeros", "group_periodic", "judge", "integers", "large")
+
+# What each row gets (one each), "none" first: the shrink target.
+ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "equal_max", "group_tie", "floor", "run", "all_equal")
+# The hazards as drawn: those few kernels get right (NaN chosen first, equal maxima of a group,
+# floors of zero weight, exact ties) twice as often as the rest; the group hazards only where
+# there are groups (three times as often there).
+HAZARD_DRAWS = ROW_HAZARDS + ("nan", "equal_max", "floor", "ties", "equal_max", "group_tie")
+UNGROUPED_HAZARDS = tuple(h for h in HAZARD_DRAWS if h not in ("equal_max", "group_tie"))
+# Scores a kernel may use as a sentinel, or that underflow an activation, for the floors.
+FLOORS = ("-inf", "-max", "-1e4", "0.0")
+SPECIALS = ("nan", "-nan", "inf", "-inf", "-0.0", "0.0", "subnormal", "max", "-max")
+BIAS_SPECIALS = ("nan", "inf", "-inf", "1e30", "-1e30")
+# routed_scaling_factor values: the judge's first (1.0, then 2.5 and 1.7), then None (the
+# reference reads it as 1.0) and values outside the judge's domain that the reference accepts.
+RSF = (1.0, 2.5, 1.7, 0.5, 16.0, 1e-3, -1.0, 0.0, None)
+SOFTCAPS = (0.0, 30.0, 1.0, 5.0)
+# Group counts and group sizes: DeepSeek's 8 first, then powers of two and not.
+GROUP_COUNTS = (8, 2, 3, 4, 16, 5, 7)
+GROUP_SIZES = (2, 3, 5, 8, 12, 16, 17, 20, 31, 32, 33)
+
+
+def _floor_value(name: str, dtype: torch.dtype) -> torch.Tensor:
+    if name == "-1e4":
+        return torch.tensor(-1e4, dtype=dtype)
+    return special_tensor(name, dtype)
+
+
+def build_case(*, features=(), label="", **args) -> Case:
+    """A Case naming every argument in the signature's order (defaults filled in)."""
+    unknown = set(args) - set(PARAMS)
+    if unknown:
+        raise InvalidArgument(f"build_case: unknown argument(s) {sorted(unknown)}; expected some of {PARAMS}")
+    full = {**DEFAULTS, **args}
+    return Case(OP, {name: full[name] for name in PARAMS}, frozenset(features), label)
+
+
+def activations32(scores: torch.Tensor, scoring_func: str, softcap: float) -> torch.Tensor:
+    """act (sigmoid, sqrt-softplus) or the capped logit (softmax) in float32: the part of sel
+    that is not the bias, for building bias-made ties."""
+    s = scores.float()
+    if scoring_func == "sigmoid":
+        return torch.sigmoid(s)
+    if scoring_func == "sqrtsoftplus":
+        return torch.sqrt(F.softplus(s))
+    return softcap * torch.tanh(s / softcap) if softcap != 0.0 else s
+
+
+def make_scores(kind: str, shape: tuple[int, int], *, groups: int, seed: int, scale: float,
+                dtype: torch.dtype) -> torch.Tensor:
+    """The bulk of scores [M, N] for a SCORE_KINDS kind, from a seeded CPU generator."""
+    M, N = shape
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "judge":
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    if kind == "scaled":
+        return background(shape, seed=seed, scale=scale, dtype=dtype)
+    if kind == "integers":
+        return torch.randint(-3, 4, shape, generator=gen).to(dtype)
+    if kind == "constant":
+        return torch.randn(M, 1, generator=gen).to(dtype).expand(M, N).clone()
+    if kind == "group_copies":
+        per = N // groups
+        return torch.randn(M, 1, per, generator=gen).expand(M, groups, per).reshape(M, N).to(dtype)
+    if kind == "wide":
+        return (60 * torch.randn(shape, generator=gen)).to(dtype)
+    if kind == "negative":
+        return (10 * torch.randn(shape, generator=gen) - 90).to(dtype)
+    raise InvalidArgument(f"make_scores: kind={kind!r}; expected one of {[k for k, _ in SCORE_KINDS]}")
+
+
+def make_bias(kind: str, N: int, *, groups: int, seed: int) -> torch.Tensor:
+    """bias [N] float32 for a BIAS_KINDS kind, from a seeded CPU generator."""
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "judge":
+        return 0.1 * torch.randn(N, generator=gen)
+    if kind == "zeros":
+        return torch.zeros(N)
+    if kind == "group_periodic":
+        return (0.1 * torch.randn(N // groups, generator=gen)).repeat(groups)
+    if kind == "integers":
+        return torch.randint(-1, 2, (N,), generator=gen).float()
+    if kind == "large":
+        return 10 * torch.randn(N, generator=gen)
+    raise InvalidArgument(f"make_bias: kind={kind!r}; expected one of {[k for k, _ in BIAS_KINDS]}")
+
+
+def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: int = 320, max_routed: int = 12,
+                         max_shared: int = 3, max_groups: int = 16, dtypes=FLOAT_DTYPES) -> st.SearchStrategy[Case]:
+    """moe_fused_gate cases.
+
+    Structure is drawn explicitly: M (0 rarely, behind its own boolean); ungrouped (N a hostile
+    size) or grouped (G from GROUP_COUNTS, N / G from GROUP_SIZES or any, topk_group 1..G); the
+    scoring function (an odd name rarely) and its softcap; shared slots S; routed slots KR (1 ..
+    the kept experts; KR = all kept, KR above the kept experts and KR = 0 each behind a boolean);
+    renormalize, the routed scale and where it applies; the scores' dtype, each row's value kind
+    (SCORE_KINDS) and magnitude, the bias kind (BIAS_KINDS); then one hazard a row (ROW_HAZARDS); behind
+    booleans, specials anywhere in the scores, specials in the bias, a bias-made tie in row 0;
+    then the layouts (gaps hold NaN). Shrinks toward: min_rows (then one row), ungrouped, N = 1,
+    sigmoid, S = 0, KR = 1, the judge's options, bf16, randn scores and bias, no hazard,
+    contiguous.
+    """
+    if not 0 <= min_rows <= max_rows:
+        raise InvalidArgument(f"moe_fused_gate_cases: need 0 <= min_rows <= max_rows, got min_rows={min_rows}, "
+                              f"max_rows={max_rows}")
+    if max_experts < 1:
+        raise InvalidArgument(f"moe_fused_gate_cases: max_experts={max_experts}; need >= 1")
+    if max_routed < 1:
+        raise InvalidArgument(f"moe_fused_gate_cases: max_routed={max_routed}; need >= 1")
+    if max_shared < 0:
+        raise InvalidArgument(f"moe_fused_gate_cases: max_shared={max_shared}; need >= 0")
+    if not 1 <= max_groups <= 16:
+        raise InvalidArgument(f"moe_fused_gate_cases: max_groups={max_groups}; need 1 <= max_groups <= 16 (the "
+                              f"verdict enumerates tied group selections, C(16, 8) at most)")
+    if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
+        raise InvalidArgument(f"moe_fused_gate_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
+    return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes))
+
+
+@st.composite
+def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
+    if min_rows == 0 and draw(sometimes(12), label="M=0?"):
+        M = 0
+    else:
+        M = draw(st.integers(max(min_rows, 1), max(max_rows, 1)), label="M")
+    counts = [g for g in GROUP_COUNTS if g <= max_groups and 2 * g <= max_experts]
+    fill = False
+    if counts and draw(st.sampled_from((False, True, True)), label="grouped?"):
+        G = draw(st.sampled_from(counts), label="G")
+        # the -inf fill: more routed slots than the kept groups hold (small groups, few kept), so
+        # torch.topk goes on into the dropped experts, all -inf
+        fill = max_routed >= 3 and draw(st.booleans(), label="KR>kept?")
+        if fill:
+            per = draw(st.integers(2, max(2, min(max_routed // 2, max_experts // G))), label="experts_per_group")
+        else:
+            sizes = [e for e in GROUP_SIZES if G * e <= max_experts]
+            per = draw(st.one_of(st.sampled_from(sizes), st.integers(2, max_experts // G)), label="experts_per_group")
+        N = G * per
+        limit = min(N, max_routed)
+        fill = fill and per < limit
+        tg = draw(st.integers(1, min(G, (limit - 1) // per) if fill else G), label="topk_group")
+        kept = tg * per
+    else:
+        G, tg, per = 1, 1, None
+        N = draw(hostile_sizes(max_value=max_experts), label="N")
+        kept = N
+    scoring = draw(st.sampled_from(SCORING), label="scoring_func")
+    if draw(sometimes(25), label="odd scoring name?"):
+        scoring = draw(st.sampled_from(ODD_SCORING), label="odd_scoring")
+    softcap = draw(st.sampled_from(SOFTCAPS if scoring not in ("sigmoid", "sqrtsoftplus") else SOFTCAPS[:2]),
+                   label="moe_softcapping")
+    # Half the cases turn every option on at once (shared slots, renormalization, an rsf that is
+    # not 1, the scale on the output): bugs in how the options combine need all of them in one
+    # case, and independent draws meet that combination in one case of seven.
+    all_on = max_shared >= 1 and draw(st.booleans(), label="all options on?")
+    S = draw(st.integers(1 if all_on else 0, max_shared), label="num_fused_shared_experts")
+    top = min(kept, max_routed)
+    if fill:
+        KR = draw(st.integers(kept + 1, min(N, max_routed)), label="KR")
+    elif top > 1 and draw(sometimes(6), label="KR=max?"):
+        KR = top
+    elif draw(sometimes(15), label="KR=0?"):
+        KR = 0
+    else:
+        KR = draw(st.integers(1, top), label="KR")
+    options = dict(
+        topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S,
+        renormalize=True if all_on else draw(st.sampled_from((True, False, True)), label="renormalize"),
+        routed_scaling_factor=draw(st.sampled_from(RSF[1:-1] if all_on else RSF), label="routed_scaling_factor"),
+        apply_routed_scaling_factor_on_output=True if all_on else draw(st.sampled_from((False, True)),
+                                                                       label="apply_rsf"),
+        moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
+
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    # each row its own value kind (and magnitude): a case of M rows tests M kinds for the price
+    # of one launch, and the minimizer drops the rows that do not matter
+    kinds_pool = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")
+    seed = draw(seeds(), label="scores_seed")
+    kinds = [draw(st.sampled_from(kinds_pool), label=f"row {m} scores") for m in range(M)]
+    rows = [make_scores(k, (1, N), groups=G, seed=seed + m, scale=draw(magnitudes(), label=f"row {m} scale"),
+                        dtype=dtype) for m, k in enumerate(kinds)]
+    scores = torch.cat(rows) if rows else torch.empty(0, N, dtype=dtype)
+    bias_kind = draw(st.sampled_from(BIAS_DRAWS), label="bias")
+    bias = make_bias(bias_kind, N, groups=G, seed=draw(seeds(), label="bias_seed"))
+
+    for m in range(M):
+        _row_hazard(draw, scores, bias, m, G=G, per=per, tg=tg, KR=KR, dtype=dtype, scoring=scoring,
+                    softcap=softcap)
+    if M and draw(sometimes(4), label="specials?"):
+        for pos, name in draw(st.lists(st.tuples(st.integers(0, M * N - 1), st.sampled_from(SPECIALS)),
+                                       min_size=1, max_size=3), label="specials"):
+            scores.view(-1)[pos] = special_tensor(name, dtype)
+    if draw(sometimes(5), label="bias specials?"):
+        for pos, name in draw(st.lists(st.tuples(st.integers(0, N - 1), st.sampled_from(BIAS_SPECIALS)),
+                                       min_size=1, max_size=2), label="bias_specials"):
+            bias[pos] = float(name)
+    if M and N > 1 and draw(sometimes(4), label="bias-made tie?"):
+        # bias[b] = sel(0, a) - part(0, b): expert b ties expert a in row 0 (exactly, or within a
+        # float32 rounding of the add), whatever their scores
+        a, b = draw(st.lists(st.integers(0, N - 1), min_size=2, max_size=2, unique=True), label="bias_tie")
+        part = activations32(scores[:1], scoring, softcap)[0]
+        bias[b] = (part[a] + bias[a] - part[b]).item()
+    if draw(sometimes(8), label="bias dtype?"):
+        bias = bias.to(draw(st.sampled_from((torch.bfloat16, torch.float16)), label="bias_dtype"))
+
+    layout = draw(layouts(), label="scores_layout")
+    bias_layout = draw(st.sampled_from((Layout(), Layout("offset", 3), Layout("stepped", 2))), label="bias_layout") \
+        if draw(sometimes(6), label="bias strided?") else Layout()
+    features = {f"dtype={str(dtype).split('.')[-1]}", *(f"scores={k}" for k in kinds), f"bias={bias_kind}",
+                f"scoring={scoring if scoring in SCORING else 'odd'}"} | case_features(scores, bias, options)
+    if layout.kind != "contiguous":
+        features.add(f"layout={layout.kind}")
+    if bias_layout.kind != "contiguous":
+        features.add(f"bias_layout={bias_layout.kind}")
+    return build_case(scores=place(scores, layout), bias=place(bias, bias_layout), features=features, **options)
+
+
+def group_ranks(sel: torch.Tensor, G: int) -> list[int]:
+    """The groups of one row's sel [N] (float64) from the highest score (sum of the two largest)
+    down, NaN first, ties to the lower group."""
+    top2 = torch.topk(sel.view(G, -1), 2, dim=-1).values.sum(-1)
+    return torch.sort(top2.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
+
+
+def _best_lane(sel: torch.Tensor, lanes) -> int:
+    """The lane of the largest sel among `lanes` (NaN first, the lower lane among ties)."""
+    return max(lanes, key=lambda e: (math.inf if math.isnan(sel[e]) else float(sel[e]), -e))
+
+
+def _row_hazard(draw, scores, bias, m, *, G, per, tg, KR, dtype, scoring, softcap):
+    """One hazard in row m (scores and bias in place), each shrinking to "none". Ties copy an
+    expert's score AND its bias, so they are exact ties of sel whatever the bias kind (the bias
+    is shared by the rows: the copy changes the other rows' sel too, which stays a valid input)."""
+    N = scores.shape[1]
+    hazard = draw(st.sampled_from(HAZARD_DRAWS if G > 1 else UNGROUPED_HAZARDS), label=f"row {m} hazard")
+    row = scores[m]
+    sel = (activations32(row[None], scoring, softcap)[0] + bias.float()).double()
+    order = torch.sort(sel.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
+    if hazard == "ties" and N > 1:
+        # the expert at a drawn rank copied to other experts: at rank KR - 1 onto experts below
+        # it, so the tie straddles the routed slots' boundary
+        rank = max(KR - 1, 0) if draw(st.booleans(), label="at_boundary?") else draw(
+            st.integers(0, min(N - 1, max(KR, 1))), label="rank")
+        pool = order[rank + 1:] or order[:rank]
+        lanes = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3, unique=True), label="tie_lanes")
+        row[lanes] = row[order[rank]].clone()
+        bias[lanes] = bias[order[rank]].clone()
+    elif hazard == "near_tie" and N > 1:
+        # the next expert's score one ulp of the dtype from the one above it, same bias
+        rank = draw(st.integers(0, min(N - 2, max(KR, 1))), label="near_rank")
+        row[order[rank + 1]] = next_in_dtype(row[order[rank]], up=draw(st.booleans(), label="above?"))
+        bias[order[rank + 1]] = bias[order[rank]].clone()
+    elif hazard == "nan":
+        for col, name in draw(st.lists(st.tuples(st.integers(0, N - 1), st.sampled_from(("nan", "-nan"))),
+                                       min_size=1, max_size=3), label="nans"):
+            row[col] = special_tensor(name, dtype)
+    elif hazard == "equal_max" and G > 1:
+        # two equal maxima inside one group: its score is twice the maximum (one copy set aside,
+        # not every lane equal to it). At the boundary: the first dropped group becomes two copies
+        # of the last kept group's best expert (a) over copies of that group's worst one, so it
+        # outranks that group (2a against a + b) only if both copies count
+        ranks = group_ranks(sel, G)
+        if tg < G and draw(st.sampled_from((True, False, True)), label="at_boundary?"):
+            kept_last, g = ranks[tg - 1], ranks[tg]
+            source = _best_lane(sel, range(kept_last * per, (kept_last + 1) * per))
+            worst = min(range(kept_last * per, (kept_last + 1) * per),
+                        key=lambda e: (-math.inf if math.isnan(sel[e]) else float(sel[e]), e))
+            lanes = draw(st.lists(st.integers(g * per, (g + 1) * per - 1), min_size=2, max_size=2, unique=True),
+                         label="copies")
+            rest = [e for e in range(g * per, (g + 1) * per) if e not in lanes]
+            row[rest] = row[worst].clone()
+            bias[rest] = bias[worst].clone()
+        else:
+            g = draw(st.integers(0, G - 1), label="group")
+            source = _best_lane(sel, range(g * per, (g + 1) * per))
+            lanes = [draw(st.sampled_from([e for e in range(g * per, (g + 1) * per) if e != source]), label="second")]
+        row[lanes] = row[source].clone()
+        bias[lanes] = bias[source].clone()
+    elif hazard == "group_tie" and G > 1:
+        # a group copied onto another (scores and bias): equal group scores, at the boundary the
+        # last kept group and the first dropped one
+        if tg < G and draw(st.booleans(), label="at_boundary?"):
+            ranks = group_ranks(sel, G)
+            a, b = ranks[tg - 1], ranks[tg]
+        else:
+            a, b = draw(st.lists(st.integers(0, G - 1), min_size=2, max_size=2, unique=True), label="groups")
+        row[b * per:(b + 1) * per] = row[a * per:(a + 1) * per].clone()
+        bias[b * per:(b + 1) * per] = bias[a * per:(a + 1) * per].clone()
+    elif hazard == "floor" and N > 1:
+        rank = draw(st.integers(0, max(min(KR, N - 1), 0)), label="floor_rank")
+        row[order[rank:]] = _floor_value(draw(st.sampled_from(FLOORS), label="floor"), dtype)
+    elif hazard == "run":
+        start = draw(st.integers(0, N - 1), label="run_start")
+        length = draw(st.integers(1, N - start), label="run_length")
+        row[start:start + length] = special_tensor(draw(st.sampled_from(SPECIALS), label="run_special"), dtype)
+    elif hazard == "all_equal":
+        row[:] = row[0].clone()
+
+
+def case_features(scores: torch.Tensor, bias: torch.Tensor, options: dict) -> set[str]:
+    """Features computed from the final values (with the float32 sel the reference ranks):
+    ties, boundary_tie, near_tie (sel one float32 ulp apart inside the routed slots), nan, inf,
+    neg_inf, bias_nan, grouped, equal_group_max, group_tie, group_boundary_tie, epg_not_pow2,
+    KR=0, KR=1, KR=kept, KR>kept, shared, renormalize, apply_rsf, rsf=None, softcap, M=0."""
+    M, N = scores.shape
+    S, G, tg = options["num_fused_shared_experts"], options["num_expert_group"], options["topk_group"]
+    KR = options["topk"] - S
+    kept = tg * (N // G) if G > 1 else N
+    features = {f"KR={KR}"} if KR <= 1 else set()
+    features |= {name for name, on in (
+        ("KR=kept", KR == kept), ("KR>kept", KR > kept), ("shared", S > 0), ("grouped", G > 1),
+        ("epg_not_pow2", G > 1 and (N // G) & (N // G - 1) != 0), ("G_not_pow2", G > 1 and G & (G - 1) != 0),
+        ("renormalize", bool(options["renormalize"])), ("apply_rsf", bool(options["apply_routed_scaling_factor_on_output"])),
+        ("rsf=None", options["routed_scaling_factor"] is None), ("M=0", M == 0),
+        ("softcap", options["scoring_func"] not in ("sigmoid", "sqrtsoftplus") and options["moe_softcapping"] != 0.0),
+    ) if on}
+    if bool(bias.float().isnan().any()):
+        features.add("bias_nan")
+    if M == 0:
+        return features
+    s = scores.double()
+    for name, mask in (("nan", s.isnan()), ("inf", s == math.inf), ("neg_inf", s == -math.inf)):
+        if bool(mask.any()):
+            features.add(name)
+    part = activations32(scores, options["scoring_func"], options["moe_softcapping"])
+    sel = (part + bias.float()[None, :]).double()
+    if G > 1:
+        per = N // G
+        grouped = torch.sort(sel.view(M, G, per).nan_to_num(nan=math.inf), dim=-1, descending=True).values
+        if bool((grouped[..., 0] == grouped[..., 1]).any()):
+            features.add("equal_group_max")
+        gs = torch.sort((grouped[..., 0] + grouped[..., 1]).float().double(), dim=-1, descending=True).values
+        same = gs[:, 1:] == gs[:, :-1]
+        if bool(same.any()):
+            features.add("group_tie")
+        if tg < G and bool(same[:, tg - 1].any()):
+            features.add("group_boundary_tie")
+    if KR == 0:
+        return features
+    ordered = torch.sort(sel.nan_to_num(nan=math.inf), dim=-1, descending=True).values.float()
+    same_next = ordered[:, 1:] == ordered[:, :-1]
+    if bool(same_next[:, :KR].any()):
+        features.add("ties")
+    if KR < N and bool(same_next[:, KR - 1].any()):
+        features.add("boundary_tie")
+    finite = ordered[:, 1:].isfinite() & ordered[:, :-1].isfinite()
+    up = torch.nextafter(ordered[:, 1:], torch.full_like(ordered[:, 1:], math.inf))
+    if bool(((up == ordered[:, :-1]) & finite)[:, :KR].any()):
+        features.add("near_tie")
+    return features
+
+
+def judge_cases(device: str | torch.device = "cpu") -> list[Case]:
+    """The judge's ten cases, built as its test file builds them (tests/test_moe_fused_gate.py of
+    flagos-ai/FlagGems-sglang): on the chip under test, one torch.Generator(device).manual_seed(0)
+    a case, scores = randn(m, n) float32 then cast to the case's dtype, then bias = 0.1 randn(n)
+    float32; every option a keyword. CUDA and CPU generators draw different numbers: build them on
+    the device the kernel runs on. The Case keeps CPU copies; Case.to(device) puts them back."""
+    cases = []
+    for m, n, topk, options, dtype in JUDGE_CASES:
+        gen = torch.Generator(device=device).manual_seed(0)
+        scores = torch.randn(m, n, generator=gen, device=device, dtype=torch.float32).to(dtype)
+        bias = 0.1 * torch.randn(n, generator=gen, device=device, dtype=torch.float32)
+        opts = dict(options)
+        label = " ".join([f"judge M={m} N={n} topk={topk}", *(f"{k}={v}" for k, v in options),
+                          str(dtype).removeprefix("torch.")])
+        cases.append(build_case(scores=scores.cpu(), bias=bias.cpu(), topk=topk, features={"judge"}, label=label,
+                                **opts))
+    return cases
+
+
+# The official bench (benchmark/test_moe_fused_gate.py): (m, 256, 8, S=1, G=8, topk_group=4,
+# rsf 1.0), m in 1, 8, 64, 512, 4096; one larger case of ours past the judge's sizes.
+BENCH_M, BENCH_LARGE_M = (1, 8, 64, 512, 4096), (65536,)
+
+
+def bench_inputs(m: int, device) -> dict:
+    """The official bench's inputs, built as its _case builds them (a device generator seeded 0,
+    bf16 scores from float32 randn, bias 0.1 randn float32), every option a keyword."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    scores = torch.randn(m, 256, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
+    bias = 0.1 * torch.randn(256, generator=gen, device=device, dtype=torch.float32)
+    return {**build_case(scores=scores, bias=bias, topk=8, **dict(_GROUPED)).inputs}
+
+
+def bench_cases():
+    """(label, size, is_bench_case, builder(size, device)) for oracles/tools/bench.py: the official
+    bench grid (counted in the average) and one larger case."""
+    return [(f"m={m}", m, m in BENCH_M, bench_inputs) for m in BENCH_M + BENCH_LARGE_M]
+
+
+def model_cases() -> list[Case]:
+    """Routers' own configurations on a few rows, randn scores in bf16, the judge's kind of bias:
+    DeepSeek-V3 (256 experts in 8 groups of 32, 4 kept, top 8 + 1 fused shared expert, sigmoid,
+    rsf 2.5), DeepSeek-V2 (160 experts in 8 groups of 20 -- not a power of two --, 3 kept, top 6,
+    softmax, rsf 16, no renormalization), Kimi K2 (384 experts, ungrouped, top 8 + 1 shared,
+    sigmoid, rsf 2.827)."""
+    def inputs(M, N, seed):
+        return background((M, N), seed=seed, scale=1.0, dtype=torch.bfloat16), make_bias("judge", N, groups=1, seed=seed)
+
+    s, b = inputs(4, 256, 0)
+    v3 = build_case(scores=s, bias=b, topk=9, num_fused_shared_experts=1, routed_scaling_factor=2.5,
+                    num_expert_group=8, topk_group=4, features={"model"}, label="DeepSeek-V3 M=4 N=256 G=8 topk=8+1")
+    s, b = inputs(4, 160, 1)
+    v2 = build_case(scores=s, bias=b, topk=6, scoring_func="softmax", renormalize=False, routed_scaling_factor=16.0,
+                    num_expert_group=8, topk_group=3, features={"model"}, label="DeepSeek-V2 M=4 N=160 G=8 topk=6")
+    s, b = inputs(2, 384, 2)
+    k2 = build_case(scores=s, bias=b, topk=9, num_fused_shared_experts=1, routed_scaling_factor=2.827,
+                    features={"model"}, label="Kimi-K2 M=2 N=384 topk=8+1")
+    return [v3, v2, k2]
+
+
+def smaller_cases(case: Case):
+    """Structural moves toward a smaller failing case: contiguous layouts, fewer rows, fewer shared
+    slots, fewer routed slots, fewer groups (or, ungrouped, fewer experts), no groups at all.
+    Each keeps the case valid for the reference; the minimizer keeps those that still fail."""
+    a = case.inputs
+    scores, bias = a["scores"], a["bias"]
+    M, N = scores.shape
+    S, G, tg = a["num_fused_shared_experts"], a["num_expert_group"], a["topk_group"]
+    KR = a["topk"] - S
+    if not (scores.is_contiguous() and scores.storage_offset() == 0):
+        yield case.with_inputs(scores=scores.contiguous())
+    if not (bias.is_contiguous() and bias.storage_offset() == 0):
+        yield case.with_inputs(bias=bias.contiguous())
+    for keep in row_subsets(M):
+        yield case.with_inputs(scores=scores[keep].contiguous())
+    if S:
+        yield case.with_inputs(topk=KR, num_fused_shared_experts=0)
+        yield case.with_inputs(topk=a["topk"] - 1, num_fused_shared_experts=S - 1)
+    for smaller in sorted({1, KR - 1}):
+        if 0 < smaller < KR:
+            yield case.with_inputs(topk=smaller + S)
+    if G > 1:
+        per = N // G
+        for groups in _group_subsets(G):
+            cols = torch.tensor([g * per + j for g in groups for j in range(per)], dtype=torch.long)
+            G2 = len(groups)
+            yield case.with_inputs(scores=scores[:, cols].contiguous(), bias=bias[cols].contiguous(),
+                                   num_expert_group=G2 if G2 > 1 else 1, topk_group=min(tg, G2) if G2 > 1 else 1,
+                                   topk=min(KR, G2 * per) + S)
+        yield case.with_inputs(num_expert_group=1, topk_group=1)
+    else:
+        for lanes in _column_subsets(N):
+            if len(lanes) >= KR:
+                cols = torch.tensor(lanes, dtype=torch.long)
+                yield case.with_inputs(scores=scores[:, cols].contiguous(), bias=bias[cols].contiguous())
+
+
+def _group_subsets(G):
+    """Fewer groups (topk_group capped to the groups left; one group left is ungrouped): the
+    first and the second half, then each group dropped."""
+    yield list(range(max(G // 2, 1)))
+    yield list(range(G // 2, G))
+    if G > 2:
+        for drop in range(G):
+            yield [g for g in range(G) if g != drop]
+
+
+def _column_subsets(N):
+    if N > 1:
+        yield list(range(N // 2))
+        yield list(range(N // 2, N))
+        if N >= 8:
+            q = N // 4
+            for start in range(0, N, q):
+                yield [e for e in range(N) if not start <= e < start + q]
+        if N <= 32:
+            for drop in range(N):
+                yield [e for e in range(N) if e != drop]
+
+
+__all__ = ["moe_fused_gate_cases", "judge_cases", "model_cases", "bench_cases", "bench_inputs", "smaller_cases",
+           "build_case", "make_scores", "make_bias", "activations32", "case_features", "SIZES", "PARAMS",
+           "DEFAULTS", "JUDGE_CASES", "SCORE_KINDS", "BIAS_KINDS", "ROW_HAZARDS", "SPECIALS", "BIAS_SPECIALS",
+           "FLOORS", "RSF", "GROUP_COUNTS", "GROUP_SIZES"]
+
+
+# M * N > 2^31: the last rows' addresses need 64-bit offsets (2.15e9 bf16 scores: 4.3 GB, drawn in
+# bf16, no float32 copy); the scores, the outputs, and room for the kernel's own buffers.
+BEYOND_INT32_M, BEYOND_INT32_N = 8_400_000, 256
+BEYOND_INT32_BYTES = BEYOND_INT32_M * BEYOND_INT32_N * 2 + BEYOND_INT32_M * 9 * 8 + 2**30
+
+
+def beyond_int32_inputs(device="cuda") -> tuple[dict, list[int]]:
+    """DeepSeek-V3's routing (8 groups, 4 kept, one fused shared expert) on every row; the rows
+    whose outputs the verdict checks."""
+    M, N = BEYOND_INT32_M, BEYOND_INT32_N
+    gen = torch.Generator(device).manual_seed(0)
+    inputs = {"scores": torch.randn(M, N, generator=gen, device=device, dtype=torch.bfloat16),
+              "bias": 0.1 * torch.randn(N, generator=gen, device=device), "topk": 9, "scoring_func": "sigmoid",
+              "num_fused_shared_experts": 1, "renormalize": True, "routed_scaling_factor": 2.5,
+              "apply_routed_scaling_factor_on_output": False, "moe_softcapping": 0.0, "num_expert_group": 8,
+              "topk_group": 4}
+    return inputs, [0, 1, M // 2, M - 2, M - 1]

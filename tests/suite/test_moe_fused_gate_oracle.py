@@ -1,0 +1,468 @@
+"""moe_fused_gate's oracle and strategies, tested themselves.
+
+The oracle: the task reference passes its own tie-aware verdict on every drawn case (so the
+float32 bounds are not too tight for a correct float32 evaluation) and on the judge's cases; the
+float64 scores agree with mpmath at 50 digits; the indices check accepts every order among
+tied experts and tied groups (exact or within float32 rounding, NaN with NaN, dropped experts at
+-inf) and rejects a skipped larger score, a group kept against the scores, a repeated or outside
+expert, a wrong shared index and an ascending order; an underflowing row is a risk, a weight out
+of every float32 evaluation's reach a failure; a weight a few ulps of its bound off fails.
+
+The strategies: every promised feature is reachable, bad arguments raise InvalidArgument naming
+the argument, drawn cases and the minimizer's moves are valid for the official reference, the
+judge's cases are built as its test builds them and lie inside the judge domain.
+"""
+
+import itertools
+import math
+
+import mpmath
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis.errors import InvalidArgument
+
+from oracles.ops import moe_fused_gate as oracle
+from oracles.verdict import Verdict
+from strategies.moe_fused_gate import (JUDGE_CASES, bench_cases, build_case, judge_cases, model_cases,
+                                       moe_fused_gate_cases, smaller_cases)
+
+pytestmark = pytest.mark.moe_fused_gate
+mpmath.mp.dps = 50
+
+CASES = moe_fused_gate_cases(max_rows=4, max_experts=130, max_routed=10)
+FIRST = settings(max_examples=3000, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+                 phases=[Phase.generate])
+
+
+def reach(condition, strategy=CASES):
+    """A drawn case satisfying `condition` (the first found: no shrinking)."""
+    return find(strategy, condition, settings=FIRST)
+
+
+def checks_of(case, indices=None, *, weights=None, judge_exact=False):
+    """The verdict for the kernel outputs (weights, indices): by default the reference's own;
+    `indices` alone gives the weights the reference's float32 steps compute for that choice."""
+    reference = dict(zip(oracle.OUTPUT_NAMES, oracle.reference(**case.inputs)))
+    if indices is None:
+        idx = reference["indices"]
+    else:
+        idx = torch.tensor(indices, dtype=torch.int32)
+    if weights is None:
+        KR = case.inputs["topk"] - case.inputs["num_fused_shared_experts"]
+        N = case.inputs["scores"].shape[1]
+        routed = idx[:, :KR].long()
+        inside = bool(((routed >= 0) & (routed < N)).all())
+        weights = oracle.weights_float32(case, routed) if inside else reference["weights"]
+    checks = oracle.verdict_checks(case, {"weights": weights, "indices": idx}, reference, judge_exact=judge_exact)
+    return {c.name: c for c in checks}, Verdict(checks)
+
+
+def row(sel_like, *, topk, bias=None, dtype=torch.float32, **options):
+    """A one-row case with softmax scoring and no cap (sel = scores + bias exactly), so the sel
+    values are what the test writes."""
+    scores = torch.tensor([sel_like], dtype=torch.float64).to(dtype)
+    b = torch.zeros(scores.shape[1]) if bias is None else torch.tensor(bias, dtype=torch.float32)
+    return build_case(scores=scores, bias=b, topk=topk, scoring_func="softmax", renormalize=False, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference passes its own verdict
+
+
+@given(case=CASES)
+@settings(max_examples=60, deadline=None)
+def test_reference_passes_its_own_verdict(case):
+    """torch's float32 reference is a correct float32 evaluation: its indices are a valid choice
+    and its weights within the bound of oracle64 on every drawn case (ties, NaN, +-inf, floors,
+    the -inf fill, every scoring, dtype and layout), except on underflowing rows, where the
+    difference is a risk of kind degenerate -- never a failure, and never a tie (it is its own
+    tie order, so --judge-exact passes)."""
+    checks, verdict = checks_of(case)
+    assert not verdict.failures(judge_exact=True), verdict.render()
+    assert checks["indices"].status == "pass", checks["indices"]
+    assert checks["accuracy"].status == "pass" or checks["accuracy"].kind == "degenerate", checks["accuracy"]
+
+
+@pytest.mark.parametrize("case", [c for c in judge_cases() if c.inputs["scores"].shape[0] <= 512],
+                         ids=lambda c: c.label.replace(" ", "-"))
+def test_reference_passes_on_judge_cases(case):
+    checks, verdict = checks_of(case)
+    assert all(c.status == "pass" for c in checks.values()), verdict.render()
+
+
+# ---------------------------------------------------------------------------------------------
+# The float64 oracle against mpmath
+
+
+def mp_sigmoid(x):
+    return 1 / (1 + mpmath.exp(-x))
+
+
+def mp_sqrt_softplus(x):
+    return mpmath.sqrt(mpmath.log1p(mpmath.exp(x)))
+
+
+@pytest.mark.parametrize("scoring, c", [("sigmoid", 0.0), ("sqrtsoftplus", 0.0), ("softmax", 0.0), ("softmax", 30.0),
+                                        ("softmax", 1.0)])
+def test_scores64_against_mpmath(scoring, c):
+    """act and sel in float64 within 1e-13 relative of 50-digit arithmetic, from -120 to 120."""
+    x = torch.tensor([[-120.0, -40.0, -17.5, -1.0, -1e-3, 0.0, 2e-3, 0.7, 19.5, 20.5, 60.0, 120.0]])
+    bias = torch.linspace(-0.5, 0.5, x.shape[1])
+    sc = oracle.scores64(x, bias, scoring, c)
+    xs = [mpmath.mpf(float(v)) for v in x[0].tolist()]
+    bs = [mpmath.mpf(float(v)) for v in bias.float().tolist()]
+    if scoring == "sigmoid":
+        act = [mp_sigmoid(v) for v in xs]
+        sel = [a + b for a, b in zip(act, bs)]
+    elif scoring == "sqrtsoftplus":
+        act = [mp_sqrt_softplus(v) for v in xs]
+        sel = [a + b for a, b in zip(act, bs)]
+    else:
+        logits = [c * mpmath.tanh(v / c) if c else v for v in xs]
+        sel = [v + b for v, b in zip(logits, bs)]
+        top = max(sel)
+        total = sum(mpmath.exp(v - top) for v in sel)
+        act = [mpmath.exp(v - top) / total for v in sel]
+    for j in range(x.shape[1]):
+        for got, exact in ((sc.act[0, j], act[j]), (sc.sel[0, j], sel[j])):
+            assert abs(float(got) - float(exact)) <= 1e-13 * abs(float(exact)) + 1e-300, (scoring, c, j, float(got),
+                                                                                        float(exact))
+
+
+def test_bounds_cover_a_float32_evaluation_and_little_more():
+    """The per-element bounds hold for torch's float32 act and sel (a correct evaluation), and
+    stay within (|x| + 32) ulps of act -- exp's argument rounding is |x| ulps of its result, the
+    rest a few -- (softmax: within 2 max|z| + N + 64 ulps, z = max(sel) - sel, N for a sum of N
+    terms in any order, plus twice the largest sel error: each weight moves with its own sel and
+    with all of them): a bound that swallowed real errors would be useless."""
+    x = torch.linspace(-100, 100, 4001)[None, :]
+    bias = torch.zeros(x.shape[1])
+    u = 2.0 ** -24
+    for scoring, c in (("sigmoid", 0.0), ("sqrtsoftplus", 0.0), ("softmax", 30.0)):
+        sc = oracle.scores64(x, bias, scoring, c)
+        act32, sel32 = oracle._activations32(x, bias, scoring, c)
+        assert bool(((act32.double() - sc.act).abs() <= sc.act_err).all()), scoring
+        assert bool(((sel32.double() - sc.sel).abs() <= sc.tol).all()), scoring
+        # away from FLT_MIN: softplus below it may flush (sqrt of a flushed value: 1e-19 absolute)
+        big = sc.act.abs() > (1e-16 if scoring == "sqrtsoftplus" else 1e-30)
+        ulps = (x.double().abs() + 32) if scoring != "softmax" else \
+            2 * (sc.sel.max() - sc.sel.min()) + x.shape[1] + 64 + 2 * sc.tol.max() / u
+        assert bool((sc.act_err[big] <= (ulps * u * sc.act.abs())[big] + 1e-37).all()), scoring
+
+
+# ---------------------------------------------------------------------------------------------
+# Indices: ties in any order, nothing else
+
+TIED = [1.0, 3.0, 3.0, 2.0, 3.0, 0.0]  # the design card's scores: three experts tie at 3
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_any_order_among_tied_experts_passes(k):
+    case = row(TIED, topk=k)
+    reference = oracle.reference(**case.inputs)[1][0].tolist()
+    for choice in itertools.permutations([1, 2, 4], k):
+        checks, verdict = checks_of(case, [list(choice)])
+        assert checks["indices"].status == "pass", (choice, checks["indices"].message)
+        assert checks["accuracy"].status == "pass", (choice, checks["accuracy"].message)
+        expected = "pass" if list(choice) == reference else "risk"
+        assert checks["judge"].status == expected, (choice, checks["judge"])
+        if expected == "risk":
+            assert checks["judge"].kind == "tie" and "exact tie" in checks["judge"].message
+            assert [c.name for c in verdict.failures(judge_exact=True)] == ["judge"]
+            assert not verdict.failures()
+
+
+@pytest.mark.parametrize("choice, why", [
+    ([[1, 3]], "left out"),        # 2 chosen while two 3s are left out
+    ([[3, 1]], "left out"),
+    ([[1, 1]], "repeated"),
+    ([[1, 6]], "outside"),         # a padding lane
+    ([[-1, 1]], "outside"),
+])
+def test_a_skipped_larger_score_a_repeat_or_an_outside_expert_fails(choice, why):
+    case = row(TIED, topk=2)
+    checks, _ = checks_of(case, choice)
+    assert checks["indices"].status == "fail" and why in checks["indices"].message, checks["indices"]
+    assert checks["judge"].status == "fail"
+
+
+def test_descending_order_is_required():
+    case = row(TIED, topk=4)
+    checks, _ = checks_of(case, [[3, 1, 2, 4]])
+    assert checks["indices"].status == "fail" and "descending" in checks["indices"].message
+    checks, _ = checks_of(case, [[4, 1, 2, 3]])
+    assert checks["indices"].status == "pass", checks["indices"].message
+
+
+def test_a_near_tie_within_float32_rounding_is_a_tie_and_beyond_it_is_not():
+    """sigmoid(x) + bias: two experts whose float64 sel differ by far less than float32 rounding
+    may come in either order; 1e-3 apart they may not."""
+    x = torch.tensor([[0.5, 0.5, -3.0]])
+    near = build_case(scores=x, bias=torch.tensor([0.0, 3e-9, 0.0]), topk=1)
+    assert float(oracle.scores64(x, near.inputs["bias"]).sel[0, 1] - oracle.scores64(x, near.inputs["bias"]).sel[0, 0]) > 0
+    for choice in ([[0]], [[1]]):
+        checks, _ = checks_of(near, choice)
+        assert checks["indices"].status == "pass", (choice, checks["indices"])
+    far = build_case(scores=x, bias=torch.tensor([0.0, 1e-3, 0.0]), topk=1)
+    checks, _ = checks_of(far, [[0]])
+    assert checks["indices"].status == "fail", checks["indices"]
+
+
+def test_nan_ranks_first_and_nans_tie():
+    nan = math.nan
+    case = row([1.0, nan, 3.0, nan, math.inf], topk=3)
+    for choice in ([[1, 3, 4]], [[3, 1, 4]]):
+        checks, _ = checks_of(case, choice)
+        assert checks["indices"].status == "pass", (choice, checks["indices"])
+    for choice in ([[4, 1, 3]], [[1, 4, 3]], [[1, 3, 2]]):
+        checks, _ = checks_of(case, choice)
+        assert checks["indices"].status == "fail" and "NaN" in checks["indices"].message, (choice, checks["indices"])
+    checks, _ = checks_of(case)
+    assert checks["judge"].status == "skip"  # softmax of a row with NaN: the reference's weights are NaN
+
+
+def test_a_nan_bias_is_chosen_first_and_its_weights_stay_finite():
+    """sigmoid: the bias enters sel only, so a NaN bias makes that expert rank first (NaN) while
+    its weight, sigmoid(score), stays finite -- the judge compares it."""
+    case = build_case(scores=torch.tensor([[0.1, 0.9, 0.5]]), bias=torch.tensor([0.0, 0.0, math.nan]), topk=2)
+    weights, indices = oracle.reference(**case.inputs)
+    assert indices[0, 0] == 2 and bool(weights.isfinite().all())
+    checks, verdict = checks_of(case)
+    assert not verdict.failures() and checks["judge"].status == "pass", verdict.render()
+    checks, _ = checks_of(case, [[1, 2]])
+    assert checks["indices"].status == "fail"
+
+
+# ---------------------------------------------------------------------------------------------
+# Groups
+
+
+def grouped(values, *, topk, G, topk_group, bias=None):
+    return row(values, topk=topk, bias=bias, num_expert_group=G, topk_group=topk_group)
+
+
+def test_equal_maxima_count_twice_in_a_group_score():
+    """Group 0 holds (5, 5): score 10; group 1 holds (6, 3): score 9. With one group kept the
+    experts come from group 0; a kernel that sets aside every copy of the maximum (5 + next
+    distinct) would keep group 1 and fails."""
+    case = grouped([5.0, 5.0, 1.0, 6.0, 3.0, 0.0], topk=2, G=2, topk_group=1)
+    assert set(oracle.reference(**case.inputs)[1][0].tolist()) == {0, 1}
+    for choice in ([[0, 1]], [[1, 0]]):
+        checks, verdict = checks_of(case, choice)
+        assert not verdict.failures(), verdict.render()
+    checks, _ = checks_of(case, [[3, 4]])
+    assert checks["indices"].status == "fail" and "groups" in checks["indices"].message, checks["indices"]
+
+
+def test_tied_groups_may_be_kept_either_way_but_not_mixed():
+    case = grouped([4.0, 1.0, 2.0, 2.0, 1.0, 4.0], topk=2, G=2, topk_group=1)  # scores 6 and 6
+    for choice in ([[0, 2]], [[5, 3]]):
+        checks, verdict = checks_of(case, choice)
+        assert checks["indices"].status == "pass" and not verdict.failures(), (choice, verdict.render())
+    checks, _ = checks_of(case, [[0, 5]])  # one expert of each group: no kept set allows it
+    assert checks["indices"].status == "fail", checks["indices"]
+    reference = oracle.reference(**case.inputs)[1]
+    other = [[5, 3]] if set(reference[0].tolist()) == {0, 2} else [[0, 2]]
+    checks, _ = checks_of(case, other)
+    assert checks["judge"].status == "risk" and "kept groups differ" in checks["judge"].message, checks["judge"]
+
+
+def test_the_inf_fill_takes_dropped_experts_in_any_order_once_each():
+    """topk 4 with one group of 2 kept: the last two slots hold the dropped group's experts (all
+    -inf to torch.topk), in any order, each once; their weights are their own act."""
+    case = grouped([3.0, 2.0, 1.0, 0.0], topk=4, G=2, topk_group=1)
+    for choice in ([[0, 1, 2, 3]], [[0, 1, 3, 2]]):
+        checks, verdict = checks_of(case, choice)
+        assert not verdict.failures(), (choice, verdict.render())
+    checks, _ = checks_of(case, [[0, 1, 2, 2]])
+    assert checks["indices"].status == "fail" and "repeated" in checks["indices"].message
+    checks, _ = checks_of(case, [[0, 2, 1, 3]])
+    assert checks["indices"].status == "fail"
+
+
+def test_shared_slots_must_hold_n_plus_j():
+    case = build_case(scores=torch.randn(2, 8), bias=torch.zeros(8), topk=4, num_fused_shared_experts=2)
+    _, indices = oracle.reference(**case.inputs)
+    assert indices[:, 2:].tolist() == [[8, 9], [8, 9]]
+    wrong = indices.clone()
+    wrong[:, 3] = 8
+    checks, _ = checks_of(case, wrong.tolist())
+    assert checks["indices"].status == "fail" and "shared slots" in checks["indices"].message
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+
+
+def test_a_weight_off_by_its_bound_fails_and_one_ulp_passes():
+    case = judge_cases()[1]  # DeepSeek-like: 8 groups, topk 8 with one shared slot, rsf 2.5
+    weights, indices = oracle.reference(**case.inputs)
+    ulp = weights.clone()
+    ulp[0, 3] = torch.nextafter(ulp[0, 3], torch.tensor(2.0))
+    checks, verdict = checks_of(case, indices.tolist(), weights=ulp)
+    assert not verdict.failures(), verdict.render()
+    off = weights.clone()
+    off[0, 3] *= 1 + 1e-5
+    checks, _ = checks_of(case, indices.tolist(), weights=off)
+    assert checks["accuracy"].status == "fail" and "weights[0, 3]" in checks["accuracy"].message, checks["accuracy"]
+
+
+def test_an_underflowing_row_is_a_risk_inside_the_hull_and_a_failure_outside():
+    """Every chosen sigmoid near FLT_MIN (scores about -87), renormalized: float32 may divide by
+    the tiny sum or take the divide-by-1 branch; a weight in [0, 1] is a degenerate/ftz risk, a
+    weight of 3 a failure."""
+    scores = torch.tensor([[-87.0, -87.5, -88.0, -200.0]])
+    case = build_case(scores=scores, bias=torch.tensor([1.0, 0.9, 0.8, 0.0]), topk=2)
+    weights, indices = oracle.reference(**case.inputs)
+    for w in (torch.tensor([[0.6, 0.4]]), torch.tensor([[0.0, 0.0]]), weights):
+        checks, verdict = checks_of(case, indices.tolist(), weights=w)
+        assert not verdict.failures(), (w, verdict.render())
+    checks, _ = checks_of(case, indices.tolist(), weights=torch.tensor([[3.0, 0.0]]))
+    assert checks["accuracy"].status == "fail" or checks["specials"].status == "fail"
+
+
+def test_a_nan_routed_sum_leaves_the_row_unnormalized():
+    """A NaN score is chosen first; rsum is NaN, NaN > 0 is false: the other weights stay
+    unnormalized sigmoids and the shared slot is NaN. A kernel dividing by the NaN sum fails."""
+    case = build_case(scores=torch.tensor([[math.nan, 1.0, 0.0]]), bias=torch.zeros(3), topk=3,
+                      num_fused_shared_experts=1)
+    weights, indices = oracle.reference(**case.inputs)
+    assert indices[0].tolist() == [0, 1, 3] and math.isnan(weights[0, 0]) and math.isnan(weights[0, 2])
+    assert abs(float(weights[0, 1]) - 1 / (1 + math.exp(-1))) < 1e-6
+    all_nan = torch.full_like(weights, math.nan)
+    checks, _ = checks_of(case, indices.tolist(), weights=all_nan)
+    assert checks["specials"].status == "fail", checks["specials"]
+
+
+def test_contract_wants_float32_weights_and_int32_indices():
+    case = judge_cases()[0]
+    weights, indices = oracle.reference(**case.inputs)
+    checks, _ = checks_of(case, indices.tolist(), weights=weights.bfloat16())
+    assert checks["contract"].status == "fail" and "float32" in checks["contract"].message
+    reference = dict(zip(oracle.OUTPUT_NAMES, (weights, indices)))
+    check = oracle.verdict_checks(case, {"weights": weights, "indices": indices.long()}, reference)[0]
+    assert check.status == "fail" and "int32" in check.message
+    assert torch.equal(indices.long(), indices)  # why: the judge's torch.equal does not see it
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge domain
+
+
+def test_judge_domain():
+    for case in judge_cases() + model_cases():
+        assert not oracle.judge_domain_violations(case), (case.label, oracle.judge_domain_violations(case))
+    case = judge_cases()[1]
+    v = oracle.judge_domain_violations
+    assert v(case.with_inputs(scores=case.inputs["scores"].half())) == ["scores.dtype=float16"]
+    assert v(case.with_inputs(scores=case.inputs["scores"][:, ::2], bias=case.inputs["bias"][::2].contiguous(),
+                              num_expert_group=1, topk_group=1)) == ["scores.layout=strided"]
+    assert v(case.with_inputs(scoring_func="Sigmoid")) == ["scoring_func='Sigmoid'"]
+    assert v(case.with_inputs(routed_scaling_factor=None)) == ["routed_scaling_factor=None"]
+    assert v(case.with_inputs(topk=1)) == ["routed slots=0"]
+    assert v(case.with_inputs(num_expert_group=32, topk_group=4)) == ["num_expert_group=32,topk_group=4"]
+    assert v(case.with_inputs(scores=case.inputs["scores"][:0])) == ["M=0"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Strategies
+
+
+def shape(case):
+    a = case.inputs
+    return a["scores"].shape[0], a["scores"].shape[1], a["topk"] - a["num_fused_shared_experts"]
+
+
+@pytest.mark.parametrize("feature", [
+    "grouped", "epg_not_pow2", "G_not_pow2", "equal_group_max", "group_tie", "group_boundary_tie", "ties",
+    "boundary_tie", "near_tie", "nan", "inf", "neg_inf", "bias_nan", "KR>kept", "KR=0", "KR=1", "KR=kept",
+    "shared", "softcap", "rsf=None", "apply_rsf", "scoring=sqrtsoftplus", "scoring=softmax", "scoring=odd",
+    "scores=wide", "scores=negative", "scores=group_copies", "bias=large", "layout=permuted", "layout=offset",
+    "bias_layout=stepped", "dtype=float32", "dtype=float16", "M=0"])
+def test_feature_is_reachable(feature):
+    reach(lambda c: feature in c.features)
+
+
+def test_an_equal_group_maximum_is_a_real_one():
+    """Recomputed from the float32 sel, not the label: some group's two largest sel are equal."""
+    def equal_max(c):
+        a = c.inputs
+        M, N, _ = shape(c)
+        G = a["num_expert_group"]
+        if M == 0 or G == 1:
+            return False
+        _, sel = oracle._activations32(a["scores"], a["bias"], a["scoring_func"], a["moe_softcapping"])
+        top = torch.topk(sel.view(M, G, N // G), 2, dim=-1).values
+        return bool(((top[..., 0] == top[..., 1]) & top[..., 0].isfinite()).any())
+    assert "equal_group_max" in reach(equal_max).features
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    (dict(min_rows=3, max_rows=2), "min_rows"),
+    (dict(max_experts=0), "max_experts"),
+    (dict(max_routed=0), "max_routed"),
+    (dict(max_shared=-1), "max_shared"),
+    (dict(max_groups=17), "max_groups"),
+    (dict(dtypes=(torch.int32,)), "dtypes"),
+])
+def test_cases_validate_their_arguments(kwargs, argument):
+    with pytest.raises(InvalidArgument, match=argument):
+        moe_fused_gate_cases(**kwargs)
+
+
+def test_drawn_cases_and_smaller_moves_are_valid_for_the_official_reference():
+    @given(case=moe_fused_gate_cases(max_rows=3, max_experts=70, max_routed=8))
+    @settings(max_examples=60, deadline=None, database=None)
+    def check(case):
+        M, N, KR = shape(case)
+        assert 0 <= KR <= N
+        oracle.reference(**case.inputs)
+        for move in smaller_cases(case):
+            oracle.reference(**move.inputs)
+    check()
+
+
+def test_nan_case_shrinks_small():
+    """Hypothesis shrinks a NaN case to one expert, contiguous, bf16; rows shrink less (each row
+    draws its own kind and hazard, so the NaN's row cannot simply become row 0), and the
+    minimizer's row moves (smaller_cases) finish the job: one row."""
+    from strategies.minimize import minimize
+    case = find(CASES, lambda c: bool(c.inputs["scores"].isnan().any()),
+                settings=settings(FIRST, derandomize=True, phases=[Phase.generate, Phase.shrink]))
+    M, N, _ = shape(case)
+    assert N == 1 and case.inputs["scores"].is_contiguous() and case.inputs["scores"].dtype == torch.bfloat16, case
+    small = minimize(case, lambda c: bool(c.inputs["scores"].isnan().any()), smaller_cases=smaller_cases,
+                     budget_s=5.0, values=False)
+    assert shape(small)[:2] == (1, 1), small
+
+
+def test_judge_cases_are_the_judges():
+    """As tests/test_moe_fused_gate.py of flagos-ai/FlagGems-sglang builds them: a generator on the
+    device seeded 0 a case, randn scores cast to the case's dtype, then 0.1 randn bias; every
+    option by keyword; every case inside the judge domain."""
+    cases = judge_cases()
+    assert len(cases) == 10 and [shape(c)[:2] for c in cases] == [(m, n) for m, n, *_ in JUDGE_CASES]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    scores = torch.randn(83, 64, generator=g, dtype=torch.float32).to(torch.bfloat16)
+    bias = 0.1 * torch.randn(64, generator=g, dtype=torch.float32)
+    third = cases[2].inputs
+    assert torch.equal(third["scores"], scores) and torch.equal(third["bias"], bias)
+    assert third["scoring_func"] == "sqrtsoftplus" and third["topk"] == 6
+    assert cases[1].inputs["num_expert_group"] == 8 and cases[1].inputs["topk_group"] == 4
+    assert cases[3].inputs["moe_softcapping"] == 30.0 and cases[3].inputs["renormalize"] is False
+    assert cases[4].inputs["scores"].dtype == torch.float32 and cases[4].inputs["apply_routed_scaling_factor_on_output"]
+    assert [shape(c)[0] for c in cases[5:]] == [1, 8, 64, 512, 4096]
+    for case in cases:
+        assert list(case.inputs) == list(oracle.reference.__code__.co_varnames[:11])
+        assert not oracle.judge_domain_violations(case)
+
+
+def test_bench_cases_are_the_official_grid():
+    rows = bench_cases()
+    assert [(label, size, bench) for label, size, bench, _ in rows][:5] == \
+        [(f"m={m}", m, True) for m in (1, 8, 64, 512, 4096)]
+    inputs = rows[0][3](1, "cpu")
+    assert inputs["scores"].shape == (1, 256) and inputs["scores"].dtype == torch.bfloat16
+    assert (inputs["topk"], inputs["num_fused_shared_experts"], inputs["num_expert_group"], inputs["topk_group"]) == \
+        (8, 1, 8, 4)
