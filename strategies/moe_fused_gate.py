@@ -172,15 +172,17 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
     """moe_fused_gate cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean); ungrouped (N a hostile
-    size) or grouped (G from GROUP_COUNTS, N / G from GROUP_SIZES or any, topk_group 1..G); the
-    scoring function (an odd name rarely) and its softcap; shared slots S; routed slots KR (1 ..
-    the kept experts; KR = all kept, KR above the kept experts and KR = 0 each behind a boolean);
-    renormalize, the routed scale and where it applies; the scores' dtype, each row's value kind
-    (SCORE_KINDS) and magnitude, the bias kind (BIAS_KINDS); then one hazard a row (ROW_HAZARDS); behind
-    booleans, specials anywhere in the scores, specials in the bias, a bias-made tie in row 0;
-    then the layouts (gaps hold NaN). Shrinks toward: min_rows (then one row), ungrouped, N = 1,
-    sigmoid, S = 0, KR = 1, the judge's options, bf16, randn scores and bias, no hazard,
-    contiguous.
+    size) or grouped (G from GROUP_COUNTS, N / G from GROUP_SIZES or any, topk_group 1..G; in half
+    the grouped cases the -inf fill: small groups, few kept, more routed slots than they hold);
+    the scoring function (an odd name rarely) and its softcap; every option on at once (S >= 1,
+    renormalize, rsf != 1, the scale on the output) in half the cases, else each drawn on its own;
+    routed slots KR (1 .. the kept experts; all of them and 0 each behind a boolean); the dtype;
+    each row's value kind (SCORE_KINDS) and magnitude; the bias kind (BIAS_KINDS); one hazard a
+    row (HAZARD_DRAWS, the group ones only with groups); behind booleans, specials anywhere in
+    the scores, specials in the bias, a bias-made tie in row 0, a bf16/fp16 bias; then the
+    layouts (gaps hold NaN). Shrinks toward: min_rows, ungrouped, N = 1, sigmoid, the judge's
+    options, S = 0, KR = 1, bf16, randn scores and bias, no hazard, contiguous. (Rows shrink less
+    well than the rest, since each draws its own kind and hazard; the minimizer drops them.)
     """
     if not 0 <= min_rows <= max_rows:
         raise InvalidArgument(f"moe_fused_gate_cases: need 0 <= min_rows <= max_rows, got min_rows={min_rows}, "
