@@ -43,7 +43,7 @@ Two designs of the same function (both fuzzed, see IMPLEMENTATIONS at the end):
 
 Only tl.max / tl.min / tl.sum / tl.where, loads and stores: no tl.sort, tl.topk or tl.argmax
 (Kunlunxin's Triton has no tl.topk), no atomics. Approximate operations (exp, log, sqrt, the
-divisions) are within a few float32 ulps; oracles/moe_fused_gate.py derives the bound.
+divisions) are within a few float32 ulps; oracles/ops/moe_fused_gate.py derives the bound.
 """
 
 import numbers
