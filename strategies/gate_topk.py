@@ -14,7 +14,8 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import FLOAT_DTYPES, background, hostile_sizes, layouts, magnitudes, place, seeds, sometimes
+from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, background, hostile_sizes, layouts, magnitudes,
+                               next_in_dtype, place, seeds, sometimes, special_tensor)
 
 OP = "gate_topk"
 
@@ -56,32 +57,7 @@ NANS = ("nan", "-nan", "nan_payload")
 # Values a kernel may use as a sentinel (a retired lane, a padding lane), for the row floors.
 FLOORS = ("-inf", "-max", "0.0", "-0.0")
 # Special values put at drawn positions, each a bit pattern in x's dtype (special_tensor).
-SPECIALS = ("nan", "-nan", "nan_payload", "inf", "-inf", "-0.0", "0.0", "subnormal", "-subnormal", "max", "-max")
-
-
-def special_tensor(name: str, dtype: torch.dtype) -> torch.Tensor:
-    """One special value of `dtype` as a 0-dim tensor, built from its bits where a Python float
-    cannot say it: a sign-set NaN ranks below -inf under a raw bit key, a NaN with a payload above
-    the canonical NaN."""
-    if name not in SPECIALS:
-        raise InvalidArgument(f"special_tensor: name={name!r}; expected one of {SPECIALS}")
-    fi = torch.finfo(dtype)
-    if name in ("nan", "-nan", "nan_payload"):
-        ints, bits = {torch.float32: (torch.int32, 32), torch.bfloat16: (torch.int16, 16),
-                      torch.float16: (torch.int16, 16)}[dtype]
-        exp_bits = {torch.float32: 8, torch.bfloat16: 8, torch.float16: 5}[dtype]
-        mant = bits - 1 - exp_bits
-        pattern = ((1 << exp_bits) - 1) << mant | 1 << (mant - 1)   # quiet NaN
-        if name == "nan_payload":
-            pattern |= 1                                            # lowest payload bit set too
-        if name == "-nan":
-            pattern |= 1 << (bits - 1)
-        signed = pattern - (1 << bits) if pattern >= 1 << (bits - 1) else pattern
-        return torch.tensor(signed, dtype=ints).view(dtype)
-    value = {"inf": math.inf, "-inf": -math.inf, "-0.0": -0.0, "0.0": 0.0,
-             "subnormal": float(fi.smallest_normal) * 2.0 ** -3, "-subnormal": -float(fi.smallest_normal) * 2.0 ** -3,
-             "max": float(fi.max), "-max": -float(fi.max)}[name]
-    return torch.tensor(value, dtype=dtype)
+SPECIALS = SPECIAL_NAMES
 
 
 def make_values(kind: str, shape: tuple[int, int], *, k: int, seed: int, scale: float,
@@ -204,22 +180,6 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes):
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")
     return build_case(x=place(x, layout), k=k, features=features)
-
-
-def next_in_dtype(value: torch.Tensor, *, up: bool) -> torch.Tensor:
-    """The neighbour of a 0-dim float value one ulp of its own dtype up or down, through its bits
-    (torch.nextafter has no bf16/fp16 kernel on the CPU): a larger magnitude is the next larger
-    integer of the bits for either sign. From +-0.0 up is the smallest positive subnormal, down
-    its negative. NaN and the infinities stay as they are."""
-    v = value.reshape(()).clone()
-    if not bool(v.isfinite()):
-        return v
-    ints = torch.int32 if v.dtype == torch.float32 else torch.int16
-    if float(v) == 0.0:
-        tiny = torch.tensor(1, dtype=ints).view(v.dtype)
-        return tiny if up else -tiny
-    bits = int(v.view(ints)) + (1 if up == (float(v) > 0) else -1)
-    return torch.tensor(bits, dtype=ints).view(v.dtype)
 
 
 @st.composite

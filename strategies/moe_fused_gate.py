@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
-from strategies.gate_topk import next_in_dtype, special_tensor
 from strategies.minimize import row_subsets
-from strategies.values import FLOAT_DTYPES, Layout, background, hostile_sizes, layouts, magnitudes, place, seeds, \
-    sometimes
+from strategies.values import (FLOAT_DTYPES, Layout, background, hostile_sizes, layouts, magnitudes, next_in_dtype,
+                               place, seeds, sometimes, special_tensor)
 
 OP = "moe_fused_gate"
 

@@ -240,7 +240,8 @@ from hypothesis import Phase  # noqa: E402
 
 from oracles.ops import gate_topk as gt_oracle  # noqa: E402
 from strategies.gate_topk import JUDGE_CASES as GT_JUDGE_CASES  # noqa: E402
-from strategies.gate_topk import gate_topk_cases, next_in_dtype, special_tensor  # noqa: E402
+from strategies.gate_topk import gate_topk_cases  # noqa: E402
+from strategies.values import next_in_dtype, special_tensor  # noqa: E402
 from strategies.gate_topk import judge_cases as gt_judge_cases  # noqa: E402
 from strategies.gate_topk import smaller_cases as gt_smaller_cases  # noqa: E402
 
