@@ -242,7 +242,7 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize(names, params)
 
 
-def test_role(node) -> str:
+def item_role(node) -> str:
     """Which tally a test's verdicts go to: its `tally` marker (judge, fixture), else fuzz."""
     marker = node.get_closest_marker("tally")
     return marker.args[0] if marker else "fuzz"
@@ -305,7 +305,7 @@ def fuzz(request, run_options) -> Fuzz:
     config = request.config
     return Fuzz(request.node, run_options, budget_s=config.getoption("gate_budget"),
                 case_timeout_s=config.getoption("case_timeout"),
-                kind=test_role(request.node))
+                kind=item_role(request.node))
 
 
 
@@ -317,7 +317,7 @@ def pytest_runtest_makereport(item, call):
     impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
     if impl is not None:
         report.user_properties.append(("tritonfuzz_impl", {"op": impl.op, "implementation": impl.name,
-                                                           "role": test_role(item)}))
+                                                           "role": item_role(item)}))
     if call.when == "call" and impl is not None:
         for error in _suite_errors(call.excinfo):
             report.user_properties.append(("tritonfuzz_suite_error", {"op": impl.op, "implementation": impl.name,

@@ -42,7 +42,7 @@ class GateSummary:
                 s.tests_failed += 1
             s.record_test(report.nodeid, report.when, report.outcome,
                           accounting.not_run_reason(report) if report.skipped or report.failed else "")
-            if report.skipped and test_role(report) == "judge":
+            if report.skipped and report_role(report) == "judge":
                 s.judge_official["skipped"] += 1
         if report.when not in ("call", "???"):  # item properties repeat on every phase's report
             return
@@ -163,7 +163,7 @@ def implementation_key(report):
     return None
 
 
-def test_role(report) -> str | None:
+def report_role(report) -> str | None:
     """The tally a test's verdicts go to (its `tally` marker: judge, fixture; else fuzz)."""
     for name, value in report.user_properties:
         if name == "tritonfuzz_impl":
