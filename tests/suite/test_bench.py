@@ -109,3 +109,44 @@ def test_an_op_that_declares_its_bench_cases_needs_no_branch_in_the_bench(monkey
     assert goal.startswith("goal gate_topk (entry): average x eager 10.00 (no goal set)"), goal
     assert bench.sweep_op("gate_topk", args, 2**20, logged.append, device=device) == []
     assert "gate_topk" in bench.OPS
+
+
+def tied_rows_topk():
+    """gate_topk inputs whose rows hold exact ties inside the top k, and the reference's output."""
+    from oracles.ops.gate_topk import reference
+    x = torch.tensor([[3.0, 5.0, 5.0, 1.0, 0.5, 2.0], [0.0, 1.0, 2.0, 3.0, 4.0, 4.0]])
+    inputs = {"x": x, "k": 3}
+    return inputs, reference(**inputs)
+
+
+def test_a_bench_disagreement_from_tie_order_is_a_risk_not_a_diff():
+    """torch.topk orders exact ties differently on CUDA; a kernel that puts the larger index of a
+    tie first fails the judge's exact check there, and the bench must not call it wrong."""
+    inputs, (values, indices) = tied_rows_topk()
+    swapped = indices.clone()
+    swapped[:, [0, 1]] = indices[:, [1, 0]]  # both rows: the two tied maxima in the other order
+
+    def other_tie_order(x, k):
+        return values.clone(), swapped.clone()
+
+    out = other_tie_order(**inputs)
+    message = bench.judge_agrees("gate_topk", out, (values, indices))
+    assert message != "ok"
+    explained = bench.explain_disagreement("gate_topk", other_tie_order, inputs, out, (values, indices), message)
+    assert explained.startswith("risk tie"), explained
+    assert bench.check_label(explained) == "risk"
+
+
+def test_a_bench_disagreement_from_a_wrong_choice_stays_a_diff():
+    inputs, (values, indices) = tied_rows_topk()
+    wrong = indices.clone()
+    wrong[:, 2] = torch.tensor([4, 0], dtype=wrong.dtype)  # a smaller value than the true third
+
+    def wrong_third(x, k):
+        return torch.gather(x, 1, wrong.long()), wrong.clone()
+
+    out = wrong_third(**inputs)
+    message = bench.judge_agrees("gate_topk", out, (values, indices))
+    explained = bench.explain_disagreement("gate_topk", wrong_third, inputs, out, (values, indices), message)
+    assert explained.startswith("DIFF"), explained
+    assert bench.check_label(explained) == "DIFF"
