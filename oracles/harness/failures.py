@@ -69,13 +69,19 @@ def failure_message(case: Case, impl: Implementation, verdict: Verdict, options:
 
 
 def still_fails(failure: Failure, candidate: Case) -> bool:
-    """Does `candidate` fail one of the checks the original failed, on the same implementation?"""
+    """Does `candidate` show the same bug on the same implementation: a failure with the same
+    signature (primary check and input class)? A smaller case of another bug is not a smaller
+    case of this one: a float16-only bug minimized into a hc_mult = 3 bug of the same kernel
+    would leave the float16 bug without a fixture of its own, under a label its case no longer
+    shows."""
     try:
         verdict = run_case(failure.implementation.op, failure.implementation.fn, candidate, failure.options)
     except Exception:
         return False  # a move that breaks the case (or the harness) is not a smaller failure
-    names = {c.name for c in verdict.failures(judge_exact=failure.options.judge_exact, strict=failure.options.strict)}
-    return bool(names & failure.check_names)
+    if not verdict.failures(judge_exact=failure.options.judge_exact, strict=failure.options.strict):
+        return False
+    smaller = Failure(candidate, failure.implementation, verdict, failure.options)
+    return failure_signature(smaller) == failure_signature(failure)
 
 
 def still_refused(failure: Failure, refusal: str, candidate: Case) -> bool:
