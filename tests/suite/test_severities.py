@@ -178,6 +178,41 @@ def test_distinct_bugs_get_distinct_exception_types():
 
 
 @pytest.mark.hc_head
+def test_minimizing_one_bug_never_turns_it_into_another():
+    """A kernel with two bugs (strides of x ignored; hc_mult = 3 wrong): the failure found on a
+    strided x with 4 streams must stay a strided case while minimizing, not become the contiguous
+    hc_mult = 3 case of the other bug, which fails the same check but is another bug with its
+    own fixture (seen on a public hc_head: three distinct bugs minimized into one case)."""
+    from kernels.hc_head import hc_head as bundled
+    from oracles.harness.differential import run_case
+    from oracles.harness.failures import minimized
+
+    def two_bugs(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+        y = bundled(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
+        if not x.is_contiguous():
+            y = y * 1.5
+        if x.shape[1] == 3:
+            y = y * 0.5
+        return y
+
+    class Impl:
+        op, name, fn = "hc_head", "two_bugs.py", staticmethod(two_bugs)
+    options = RunOptions()
+    base = torch.randn(3, 4, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    strided = hc_case(x=base[:, :, ::2])
+    verdict = run_case("hc_head", two_bugs, strided, options)
+    found = Failure(strided, Impl, verdict, options)
+    assert failure_signature(found) == "accuracy (outside the judge domain: x.layout)"
+    three = hc_case(x=base[:, :3, :16].contiguous())  # the other bug, one structural move away
+    assert failure_signature(Failure(three, Impl, run_case("hc_head", two_bugs, three, options), options)) \
+        == "accuracy (outside the judge domain: hc_mult)"
+
+    small = minimized(found, budget_s=120)
+    assert failure_signature(small) == failure_signature(found)
+    assert not small.case.inputs["x"].is_contiguous()
+
+
+@pytest.mark.hc_head
 def test_a_compile_error_outside_the_judge_domain_is_unsupported():
     """A specialization sm_90 cannot compile fails every GPU call with a CompilationError: inside
     the judge domain a failure, outside it (hc_mult 3 through a power-of-two tl.arange) a refusal."""
