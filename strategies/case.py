@@ -135,6 +135,33 @@ def copy_preserving_layout(t: torch.Tensor, device: str | torch.device) -> torch
     return span.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
+def relayout_like(small: torch.Tensor, like: torch.Tensor) -> torch.Tensor | None:
+    """`small`'s values laid out the way `like` is: the same order of dimensions in memory, the
+    same gap factor between each dimension and the next inner one, the same storage offset, the
+    gaps filled as the strategies fill them (NaN for floats, so a kernel that reads them shows
+    it). None when `like` is contiguous or broadcast (a stride 0 over several elements).
+    The minimizer uses it so that a case shrunk for a layout bug keeps its layout."""
+    if small.dim() != like.dim() or (like.is_contiguous() and like.storage_offset() == 0):
+        return None
+    if any(st == 0 and n > 1 for st, n in zip(like.stride(), like.shape)):
+        return None
+    order = sorted(range(like.dim()), key=lambda d: (like.stride(d), -d))  # innermost first
+    strides = [0] * like.dim()
+    like_span, new_span = 1, 1  # elements one step of the next outer dimension must clear
+    for d in order:
+        gap = max(1, -(-like.stride(d) // like_span)) if like.size(d) > 1 else 1
+        strides[d] = gap * new_span
+        if like.size(d) > 1:
+            like_span = like.stride(d) * like.size(d)
+        new_span = strides[d] * max(small.size(d), 1)
+    extent = like.storage_offset() + sum((n - 1) * st for n, st in zip(small.shape, strides)) + 1
+    fill = float("nan") if small.is_floating_point() else 0
+    out = torch.full((max(extent, 1),), fill, dtype=small.dtype).as_strided(
+        small.shape, strides, like.storage_offset())
+    out.copy_(small)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # JSON (de)serialization
 

@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from strategies.case import Case, copy_preserving_layout
+from strategies.case import Case, copy_preserving_layout, relayout_like
 
 
 def minimize(case: Case, still_fails: Callable[[Case], bool], *,
@@ -45,13 +45,30 @@ def _structural(case, still_fails, smaller_cases, deadline):
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
-        for candidate in smaller_cases(case):
+        for candidate in _layout_kept_first(case, smaller_cases(case)):
             if time.monotonic() >= deadline:
                 break
             if still_fails(candidate):
                 case, improved = candidate, True
                 break
     return case
+
+
+def _layout_kept_first(case, candidates):
+    """Each structural move, preceded by the same move with the strided inputs it made
+    contiguous laid out as before (strategies.case.relayout_like): a bug that needs the layout
+    shrinks too, instead of every smaller case losing it."""
+    for candidate in candidates:
+        kept = {}
+        for name, t in candidate.tensors().items():
+            before = case.inputs.get(name)
+            if isinstance(before, torch.Tensor) and t.shape != before.shape and t.is_contiguous():
+                relaid = relayout_like(t, before)
+                if relaid is not None:
+                    kept[name] = relaid
+        if kept:
+            yield candidate.with_inputs(**kept)
+        yield candidate
 
 
 def with_values(t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
