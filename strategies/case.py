@@ -156,7 +156,7 @@ def relayout_like(small: torch.Tensor, like: torch.Tensor) -> torch.Tensor | Non
         new_span = strides[d] * max(small.size(d), 1)
     extent = like.storage_offset() + sum((n - 1) * st for n, st in zip(small.shape, strides)) + 1
     fill = float("nan") if small.is_floating_point() else 0
-    out = torch.full((max(extent, 1),), fill, dtype=small.dtype).as_strided(
+    out = torch.full((max(extent, 1),), fill, dtype=small.dtype, device=small.device).as_strided(
         small.shape, strides, like.storage_offset())
     out.copy_(small)
     return out
