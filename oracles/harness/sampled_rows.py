@@ -22,27 +22,49 @@ def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
                      judge_exact: bool = False) -> tuple[Case, Verdict]:
     """(the small case of `rows`, labelled with the big shape; the verdict on those rows)."""
     spec = get_op(op_name)
-    shape = "x".join(map(str, next(v for k, v in inputs.items() if k in spec.row_inputs).shape))
-    device = next(v for k, v in inputs.items() if k in spec.row_inputs).device
-    index = torch.tensor(rows, device=device)
-    small_inputs = {k: (v.index_select(0, index).cpu() if k in spec.row_inputs else
-                        v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-    case = Case(op_name, small_inputs, frozenset({BEYOND_INT32}), f"rows {rows} of a [{shape}] input")
-    verdict = Verdict()
+    big = next(v for k, v in inputs.items() if k in spec.row_inputs)
+    shape = "x".join(map(str, big.shape))
     try:
         raw = fn(**inputs)
-        if device.type == "cuda":
+        if big.device.type == "cuda":
             torch.cuda.synchronize()
     except Exception as e:  # judged against the big case's shape: that is what the kernel refused
+        case = rows_case(op_name, inputs, rows, frozenset({BEYOND_INT32}))
         if device_fault(e):
             return case, device_fault_verdict(f"[{shape}] input: {raised_message(e)}")
-        verdict.add(refusal_check(op_name, Case(op_name, inputs), e, f"[{shape}] input: {raised_message(e)}"))
+        verdict = Verdict()
+        # judged as the large input it is: beyond 2^31 elements, outside the judge domain whatever its rows
+        verdict.add(refusal_check(op_name, Case(op_name, inputs, frozenset({BEYOND_INT32})), e,
+                                  f"[{shape}] input: {raised_message(e)}"))
         return case, verdict
+    return verdict_on_rows(op_name, inputs, raw, rows, judge_exact=judge_exact)
+
+
+def rows_case(op_name: str, inputs: dict, rows: list[int], features: frozenset) -> Case:
+    """The case made of `rows` of a large input (on the CPU), labelled with the large shape."""
+    spec = get_op(op_name)
+    big = next(v for k, v in inputs.items() if k in spec.row_inputs)
+    index = torch.tensor(rows, device=big.device)
+    small_inputs = {k: (v.index_select(0, index).cpu() if k in spec.row_inputs else
+                        v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    shape = "x".join(map(str, big.shape))
+    return Case(op_name, small_inputs, features, f"rows {rows} of a [{shape}] input")
+
+
+def verdict_on_rows(op_name: str, inputs: dict, raw, rows: list[int], *, judge_exact: bool = False,
+                    features: frozenset = frozenset({BEYOND_INT32})) -> tuple[Case, Verdict]:
+    """The op's verdict on `rows` of outputs `raw` the kernel already returned for `inputs`:
+    (the small case of those rows, the verdict). `features` tags the small case (by default as
+    rows of an input beyond 2^31 elements, outside the judge domain)."""
+    spec = get_op(op_name)
+    case = rows_case(op_name, inputs, rows, features)
+    verdict = Verdict()
     raw = raw if isinstance(raw, tuple) else (raw,)
     if len(raw) != len(spec.output_names):
         verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(spec.output_names)}"))
         return case, verdict
-    outputs = {name: out.index_select(0, index.to(out.device)).cpu() for name, out in zip(spec.output_names, raw)}
+    outputs = {name: out.index_select(0, torch.tensor(rows, device=out.device)).cpu()
+               for name, out in zip(spec.output_names, raw)}
     reference = dict(zip(spec.output_names, (lambda r: r if isinstance(r, tuple) else (r,))(
         spec.reference(**case.to("cpu")))))
     for check in spec.verdict_checks(case, outputs, reference, judge_exact=judge_exact):

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from oracles.ops import OPS as REGISTERED_OPS  # imports no kernel
-from oracles.harness.sampled_rows import sampled_row_case
+from oracles.harness.sampled_rows import verdict_on_rows
 from oracles.verdict import PASS, judge_check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def differing_rows(out, ref) -> list[int]:
     return rows.nonzero().flatten()[:MAX_EXPLAINED_ROWS].tolist()
 
 
-def explain_disagreement(op: str, fn, inputs: dict, out, ref, judge_message: str) -> str:
+def explain_disagreement(op: str, inputs: dict, out, ref, judge_message: str) -> str:
     """When the judge's exact check rejects a bench case, the op's own verdict (float64 oracle,
     valid top-k sets within float32 rounding, NaN rules) on the differing rows says whether the
     kernel is wrong ('DIFF: ...') or only differs where the reference's order or rounding is not
@@ -142,7 +142,7 @@ def explain_disagreement(op: str, fn, inputs: dict, out, ref, judge_message: str
     rows = differing_rows(out, ref)
     if not rows:
         return f"DIFF: {judge_message}"
-    _, verdict = sampled_row_case(op, fn, inputs, rows)
+    _, verdict = verdict_on_rows(op, inputs, out, rows, features=frozenset())  # the outputs already returned
     failing = verdict.failures()
     if failing:
         return f"DIFF: {'; '.join(c.message.splitlines()[0][:300] for c in failing)}"
@@ -242,7 +242,7 @@ def bench_op(op: str, args, copy_bps: float, l2_bytes: int, deadline: float, log
                 out = fn(**inputs)
                 entry["check"] = judge_agrees(op, out, ref_out)
                 if entry["check"] != "ok":
-                    entry["check"] = explain_disagreement(op, fn, inputs, out, ref_out, entry["check"])
+                    entry["check"] = explain_disagreement(op, inputs, out, ref_out, entry["check"])
                 del out
                 entry["us"] = timed(fn, sets, args.quick)
             except Exception as e:  # noqa: BLE001 -- report the kernel's error, time the rest

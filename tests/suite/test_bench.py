@@ -126,13 +126,10 @@ def test_a_bench_disagreement_from_tie_order_is_a_risk_not_a_diff():
     swapped = indices.clone()
     swapped[:, [0, 1]] = indices[:, [1, 0]]  # both rows: the two tied maxima in the other order
 
-    def other_tie_order(x, k):
-        return values.clone(), swapped.clone()
-
-    out = other_tie_order(**inputs)
+    out = (values.clone(), swapped)  # what such a kernel returns
     message = bench.judge_agrees("gate_topk", out, (values, indices))
     assert message != "ok"
-    explained = bench.explain_disagreement("gate_topk", other_tie_order, inputs, out, (values, indices), message)
+    explained = bench.explain_disagreement("gate_topk", inputs, out, (values, indices), message)
     assert explained.startswith("risk tie"), explained
     assert bench.check_label(explained) == "risk"
 
@@ -142,11 +139,8 @@ def test_a_bench_disagreement_from_a_wrong_choice_stays_a_diff():
     wrong = indices.clone()
     wrong[:, 2] = torch.tensor([4, 0], dtype=wrong.dtype)  # a smaller value than the true third
 
-    def wrong_third(x, k):
-        return torch.gather(x, 1, wrong.long()), wrong.clone()
-
-    out = wrong_third(**inputs)
+    out = (torch.gather(inputs["x"], 1, wrong.long()), wrong)  # values and indices of a wrong third
     message = bench.judge_agrees("gate_topk", out, (values, indices))
-    explained = bench.explain_disagreement("gate_topk", wrong_third, inputs, out, (values, indices), message)
+    explained = bench.explain_disagreement("gate_topk", inputs, out, (values, indices), message)
     assert explained.startswith("DIFF"), explained
     assert bench.check_label(explained) == "DIFF"
