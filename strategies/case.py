@@ -140,7 +140,9 @@ def relayout_like(small: torch.Tensor, like: torch.Tensor) -> torch.Tensor | Non
     same gap factor between each dimension and the next inner one, the same storage offset, the
     gaps filled as the strategies fill them (NaN for floats, so a kernel that reads them shows
     it). None when `like` is contiguous or broadcast (a stride 0 over several elements).
-    The minimizer uses it so that a case shrunk for a layout bug keeps its layout."""
+    The minimizer uses it so that a case shrunk for a layout bug keeps its layout. Not
+    strategies.values.place: that draws a named Layout, and a case being minimized (or replayed
+    from a fixture) has only its strides."""
     if small.dim() != like.dim() or (like.is_contiguous() and like.storage_offset() == 0):
         return None
     if any(st == 0 and n > 1 for st, n in zip(like.stride(), like.shape)):

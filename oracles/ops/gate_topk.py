@@ -65,7 +65,7 @@ from oracles.verdict import (FAIL, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bou
                              judge_check, specials_check)
 from oracles.ops import OpSpec
 from strategies import gate_topk as drawn
-from strategies.case import Case
+from strategies.case import Case, beyond_int32_violation
 
 OUTPUT_NAMES = ("values", "indices")
 ROW_INPUTS = ("x",)  # inputs whose dim 0 is the row: each row is computed independently
@@ -129,7 +129,7 @@ def judge_domain_violations(case: Case) -> list[str]:
     routers score 8 (Mixtral) to 384 (Kimi K2) experts, so N up to 1024 is the margin."""
     x, k = case.inputs["x"], case.inputs["k"]
     M, N = x.shape
-    out = []
+    out = beyond_int32_violation(case)
     if x.dtype != torch.float32:
         out.append(f"x.dtype={str(x.dtype).removeprefix('torch.')}")
     if not (x.is_contiguous() and x.storage_offset() == 0):

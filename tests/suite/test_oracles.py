@@ -496,3 +496,39 @@ def test_gate_topk_judge_domain():
     assert gt_oracle.judge_domain_violations(case.with_inputs(k=33)) == ["k=33"]
     assert gt_oracle.judge_domain_violations(case.with_inputs(x=case.inputs["x"][:0])) == ["M=0"]
     assert gt_oracle.judge_domain_violations(case.with_inputs(x=torch.zeros(2, 2000))) == ["N=2000"]
+
+
+@pytest.mark.gate_topk
+def test_the_verdict_on_sampled_rows_judges_those_rows_of_the_whole_run():
+    """oracles/harness/sampled_rows.py (the beyond-2^31 case on a GPU, disagreements in the
+    bench) on a small input: the bundled kernel passes on the sampled rows; a kernel wrong in
+    its last row fails there and passes where the rows skip it; a device fault in the call is a
+    failure, a clean refusal of the (beyond-2^31, so outside the judge domain) input is not."""
+    from kernels.gate_topk import gate_topk
+    from oracles.harness.sampled_rows import sampled_row_case
+    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(3))
+    inputs = {"x": x, "k": 3}
+
+    def wrong_last_row(x, k):
+        values, indices = gate_topk(x, k)
+        indices[-1] = indices[-1].flip(0)
+        return values, indices
+
+    def faults(x, k):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def refuses(x, k):
+        raise ValueError("x is too large for this kernel")
+
+    _, good = sampled_row_case("gate_topk", gate_topk, inputs, [0, 5])
+    assert not good.failures(), good.render()
+    case, bad = sampled_row_case("gate_topk", wrong_last_row, inputs, [0, 5])
+    assert {c.name for c in bad.failures()} >= {"indices"} and case.inputs["x"].shape == (2, 16)
+    _, skipped = sampled_row_case("gate_topk", wrong_last_row, inputs, [0, 1])
+    assert not skipped.failures(), skipped.render()
+    _, fault = sampled_row_case("gate_topk", faults, inputs, [0, 5])
+    assert [c.name for c in fault.failures()] == ["device-fault"] and fault.device_lost
+    _, refusal = sampled_row_case("gate_topk", refuses, inputs, [0, 5])  # judged as beyond 2^31: outside the domain
+    assert not refusal.failures() and [c.name for c in refusal.unsupported()] == ["contract"]
+    from oracles.ops.gate_topk import judge_domain_violations
+    assert judge_domain_violations(case)[0].startswith("elements=beyond 2^31")  # every op tags such rows
