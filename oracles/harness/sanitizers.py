@@ -85,6 +85,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from oracles.platform.gpu_compile import launch_spec
+from oracles.platform.interpreter import autotune_every_config
 from oracles.harness.memory import AllocationLimitError, fmt_bytes, kernel_call_site
 from oracles.verdict import FAIL, PASS, SKIP, Check, fmt, index_str, listed
 from strategies.case import Case, storage_span
@@ -546,7 +547,7 @@ def run_kernel(fn, case: Case, device, *, sanitize: bool = True, alloc_limit: in
     scope = KernelScope(memory, alloc_limit=alloc_limit) if sanitize else None
     cwd, threads = os.getcwd(), set(threading.enumerate())
     try:
-        with scope if scope is not None else contextlib.nullcontext():
+        with scope if scope is not None else contextlib.nullcontext(), autotune_every_config("judge" in case.features):
             out = fn(**args)
         synchronize(device)
         run.outputs = out if isinstance(out, tuple) else (out,)
