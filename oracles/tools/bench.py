@@ -330,8 +330,108 @@ def dry_run(ops, log) -> list[str]:
 # Fuzz throughput
 
 
+PHASES = ("draw", "kernel", "compile", "reference", "oracle", "sanitizers", "other")
+
+
+class PhaseClock:
+    """Where a fuzz example's time goes, by wrapping (for the duration of a `with`) the functions
+    run_case calls: the kernel's calls (oracles.harness.sanitizers.run_kernel, first run and
+    determinism rerun, sanitizers included), Triton's compiles inside them (between Triton's
+    jit_cache_hook and jit_post_compile_hook; on the CPU, the gpu-compile check's compiles for a
+    GPU), the reference (call_kernel of spec.reference), the op's verdict (spec.verdict_checks:
+    the float64 oracle and the checks) and the sanitizers' checks after the call (red zones,
+    poison, memcheck, launches, inputs unchanged, process state, determinism). "draw" is the time
+    outside run_case (Hypothesis and the strategy); "other" is the rest of run_case."""
+
+    SANITIZER_CHECKS = ("launch_check", "red_zone_check", "poison_check", "memcheck_check", "inputs_unchanged_check",
+                        "process_state_check", "determinism_check")
+
+    def __init__(self, op: str):
+        self.op = op
+        self.seconds = dict.fromkeys(PHASES + ("jit_compile",), 0.0)
+        self._undo = []
+        self._compile_started = None
+
+    def _timed(self, owner, name, phase, get=getattr, put=setattr):
+        original = get(owner, name)
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[phase] += time.perf_counter() - t0
+        put(owner, name, timed)
+        self._undo.append(lambda: put(owner, name, original))
+
+    def __enter__(self):
+        import dataclasses
+
+        import oracles.harness.differential as differential
+        spec = differential.get_op(self.op)
+        get_op = differential.get_op
+        timed_spec = dataclasses.replace(spec)
+        self._timed(differential, "run_kernel", "kernel")
+        self._timed(differential, "gpu_compile_check", "compile")
+        for name in self.SANITIZER_CHECKS:
+            if hasattr(differential, name):
+                self._timed(differential, name, "sanitizers")
+        # the reference goes through call_kernel with spec.reference; the kernel through run_kernel
+        reference = spec.reference
+        call_kernel = differential.call_kernel
+
+        def call_timed(fn, inputs):
+            if fn is not reference:
+                return call_kernel(fn, inputs)
+            t0 = time.perf_counter()
+            try:
+                return call_kernel(fn, inputs)
+            finally:
+                self.seconds["reference"] += time.perf_counter() - t0
+        differential.call_kernel = call_timed
+        self._undo.append(lambda: setattr(differential, "call_kernel", call_kernel))
+        self._timed(timed_spec, "verdict_checks", "oracle", put=object.__setattr__)
+        differential.get_op = lambda name: timed_spec if name == self.op else get_op(name)
+        self._undo.append(lambda: setattr(differential, "get_op", get_op))
+        try:
+            from triton import knobs
+        except ImportError:
+            return self
+        hooks = knobs.runtime
+        cache_hook, post_hook = hooks.jit_cache_hook, hooks.jit_post_compile_hook
+
+        def before_compile(*args, **kwargs):
+            self._compile_started = time.perf_counter()
+            return cache_hook(*args, **kwargs) if cache_hook else None
+
+        def after_compile(*args, **kwargs):
+            if self._compile_started is not None:
+                self.seconds["jit_compile"] += time.perf_counter() - self._compile_started
+                self._compile_started = None
+            return post_hook(*args, **kwargs) if post_hook else None
+        hooks.jit_cache_hook, hooks.jit_post_compile_hook = before_compile, after_compile
+        self._undo.append(lambda: (setattr(hooks, "jit_cache_hook", cache_hook),
+                                   setattr(hooks, "jit_post_compile_hook", post_hook)))
+        return self
+
+    def __exit__(self, *exc):
+        while self._undo:
+            self._undo.pop()()
+
+    def shares(self, total: float, in_case: float) -> dict:
+        """Seconds by phase: Triton's compiles are carved out of kernel; draw = total - time in run_case."""
+        s = dict(self.seconds)
+        jit = s.pop("jit_compile")
+        s["kernel"] = max(s["kernel"] - jit, 0.0)
+        s["compile"] += jit
+        s["draw"] = max(total - in_case, 0.0)
+        s["other"] = max(in_case - sum(s[k] for k in PHASES if k not in ("draw", "other")), 0.0)
+        return {k: round(v, 3) for k, v in s.items()}
+
+
 def fuzz_throughput(op: str, device: str, seconds: float) -> dict:
-    """Run op's property (draw a case, run_case) for about `seconds` on `device`; count examples.
+    """Run op's property (draw a case, run_case) for about `seconds` on `device`; count examples
+    and rows (the row inputs' first dimension), and say where the time went (PhaseClock).
 
     The bundled default implementation (kernels.<op>.<op>) is the kernel under test. The time
     includes drawing cases, the kernel's Triton compiles for new specializations, the reference
@@ -346,8 +446,9 @@ def fuzz_throughput(op: str, device: str, seconds: float) -> dict:
     name = next((n for n, f in kernel_module.IMPLEMENTATIONS if f is fn), op)
     strategy = spec.cases(**spec.sizes[device])
     options = RunOptions(device=device)
-    stats = {"op": op, "device": device, "implementation": name, "examples": 0, "failures": 0,
+    stats = {"op": op, "device": device, "implementation": name, "examples": 0, "rows": 0, "failures": 0,
              "untrusted": 0, "errors": 0, "first_failure": None}
+    in_case = [0.0]
 
     class Done(Exception):
         pass
@@ -361,6 +462,7 @@ def fuzz_throughput(op: str, device: str, seconds: float) -> dict:
     def prop(case):
         if time.monotonic() > deadline:
             raise Done  # the only way out of @given: caught below, never a test failure
+        t0 = time.perf_counter()
         try:
             verdict = run_case(op, fn, case, options)
         except Exception as e:  # noqa: BLE001 -- the suite's own error: count it, keep fuzzing
@@ -368,7 +470,10 @@ def fuzz_throughput(op: str, device: str, seconds: float) -> dict:
             stats["first_failure"] = stats["first_failure"] or f"{type(e).__name__}: {e}"
             stats["examples"] += 1
             return
+        finally:
+            in_case[0] += time.perf_counter() - t0
         stats["examples"] += 1
+        stats["rows"] += case.inputs[spec.row_inputs[0]].shape[0]
         if verdict.failures():
             stats["failures"] += 1
             stats["first_failure"] = stats["first_failure"] or f"{case.summary()}: " + "; ".join(
@@ -377,12 +482,15 @@ def fuzz_throughput(op: str, device: str, seconds: float) -> dict:
             stats["untrusted"] += 1
 
     t0 = time.monotonic()
-    try:
-        prop()
-    except Done:
-        pass
+    with PhaseClock(op) as clock:
+        try:
+            prop()
+        except Done:
+            pass
     stats["seconds"] = time.monotonic() - t0
     stats["per_second"] = stats["examples"] / stats["seconds"] if stats["seconds"] else 0.0
+    stats["rows_per_second"] = stats["rows"] / stats["seconds"] if stats["seconds"] else 0.0
+    stats["phases"] = clock.shares(stats["seconds"], in_case[0])
     return stats
 
 
@@ -517,11 +625,15 @@ def table(meta: dict, results: list[dict], averages: list[dict], sweeps: list[di
                                                             f"{'*' if s['default'] else ''}"
                                                             f"{'' if s['check'] == 'ok' else ' (DIFF)'}" for s in ss) + " |")
     if fuzz:
-        lines += ["", "| fuzz | device | impl | examples | seconds | examples/s | failures | untrusted | errors |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "| fuzz | device | impl | examples | seconds | examples/s | rows/s | failures | untrusted | errors | "
+                      "time: " + ", ".join(PHASES) + " |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for f in fuzz:
+            phases = f.get("phases") or {}
+            split = " / ".join(f"{100 * phases.get(k, 0.0) / f['seconds']:.0f}%" for k in PHASES) if f['seconds'] else ""
             lines.append(f"| {f['op']} | {f['device']} | {f['implementation']} | {f['examples']} | {f['seconds']:.1f} | "
-                         f"{f['per_second']:.2f} | {f['failures']} | {f['untrusted']} | {f['errors']} |")
+                         f"{f['per_second']:.2f} | {f.get('rows_per_second', 0.0):.0f} | {f['failures']} | "
+                         f"{f['untrusted']} | {f['errors']} | {split} |")
         for f in fuzz:
             if f.get("first_failure"):
                 lines.append(f"first failure ({f['op']}, {f['device']}): {f['first_failure']}")

@@ -144,3 +144,15 @@ def test_a_bench_disagreement_from_a_wrong_choice_stays_a_diff():
     explained = bench.explain_disagreement("gate_topk", inputs, out, (values, indices), message)
     assert explained.startswith("DIFF"), explained
     assert bench.check_label(explained) == "DIFF"
+
+
+def test_fuzz_throughput_says_where_the_time_went(run_options):
+    """The phase split adds up to the run's time, and each phase is measured where it happens:
+    the kernel's calls, the oracle's verdict and the draw take time on every example."""
+    stats = bench.fuzz_throughput("sigmoid_gate_topk_renorm", run_options.device, seconds=3.0)
+    assert stats["examples"] >= 1 and stats["errors"] == 0, stats
+    phases = stats["phases"]
+    assert set(phases) == set(bench.PHASES), phases
+    assert abs(sum(phases.values()) - stats["seconds"]) <= 0.05 * stats["seconds"] + 0.05, (phases, stats["seconds"])
+    assert phases["kernel"] > 0 and phases["oracle"] > 0 and phases["draw"] > 0, phases
+    assert stats["rows"] >= stats["examples"] - stats["errors"] - 1 and stats["rows_per_second"] > 0, stats
