@@ -15,6 +15,7 @@ from oracles.harness.differential import RunOptions, run_case
 from oracles.harness.failures import Failure, failure_exception, failure_message, failure_signature, minimized_unsupported, record_fixture
 from oracles.harness.inflight import end_worker_after_device_fault, in_flight, in_worker
 from oracles.gate.report import Tally
+from oracles.ops import get_op
 from oracles.verdict import FAIL as FAIL_STATUS
 from strategies.fixtures import is_default_root
 
@@ -44,6 +45,12 @@ def skip_if_device_lost() -> None:
         pytest.skip(f"not run: {LOST_DEVICE[0]}; this process's CUDA context is lost (gates run in an xdist "
                     f"worker by default, which is replaced after a fault: leave out -n 0 to go on past faults)")
 
+
+
+def case_rows(case) -> int:
+    """The rows (tokens) a case holds: dim 0 of the op's first row input."""
+    t = case.inputs.get(get_op(case.op).row_inputs[0])
+    return int(t.shape[0]) if getattr(t, "ndim", 0) else 0
 
 class SuiteError(Exception):
     """tritonfuzz itself failed while judging a case (the oracle, a check, the recorder): not a
@@ -107,7 +114,7 @@ class Fuzz:
         """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it."""
         __tracebackhide__ = True
         self._start(implementation)
-        self.tally.add(verdict, case.summary())
+        self.tally.add(verdict, case.summary(), rows=case_rows(case))
         for finding in verdict.unsupported():
             if self.tally.is_new_unsupported(finding.kind):
                 self.unsupported_fixture(case, implementation, verdict, finding.kind)

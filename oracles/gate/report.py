@@ -41,6 +41,7 @@ class Tally:
     implementation: str
     kind: str
     examples: int = 0
+    rows: int = 0                                           # rows (tokens) of the cases, summed
     checks: dict = field(default_factory=lambda: defaultdict(Counter))
     risk_counts: Counter = field(default_factory=Counter)   # cases with a risk of each kind
     risks: list = field(default_factory=list)               # {kind, check, message}, a few per kind
@@ -49,8 +50,9 @@ class Tally:
     judge_exact: bool = False
     strict: bool = False
 
-    def add(self, verdict: Verdict, case_summary: str = "") -> None:
+    def add(self, verdict: Verdict, case_summary: str = "", rows: int = 0) -> None:
         self.examples += 1
+        self.rows += rows
         for check in verdict.checks:
             status = check.status
             if (self.judge_exact and status == RISK and check.kind == TIE) or (self.strict and status == UNSUPPORTED):
@@ -73,7 +75,7 @@ class Tally:
 
     def to_json(self) -> dict:
         return {"op": self.op, "implementation": self.implementation, "kind": self.kind,
-                "examples": self.examples, "checks": {k: dict(v) for k, v in self.checks.items()},
+                "examples": self.examples, "rows": self.rows, "checks": {k: dict(v) for k, v in self.checks.items()},
                 "risk_counts": dict(self.risk_counts), "risks": self.risks,
                 "unsupported": list(self.unsupported.values()), "budget_exhausted": self.budget_exhausted}
 
@@ -86,6 +88,7 @@ class ImplementationSummary:
     elapsed_s: float = 0.0
     tests_failed: int = 0
     examples: Counter = field(default_factory=Counter)
+    rows: Counter = field(default_factory=Counter)
     checks: dict = field(default_factory=lambda: defaultdict(Counter))
     judge_official: Counter = field(default_factory=Counter)
     risk_counts: Counter = field(default_factory=Counter)
@@ -134,6 +137,7 @@ class ImplementationSummary:
 
     def merge_tally(self, tally: dict, *, passed: bool) -> None:
         self.examples[tally["kind"]] += tally["examples"]
+        self.rows[tally["kind"]] += tally.get("rows", 0)
         for name, counts in tally["checks"].items():
             self.checks[name].update(counts)
         self.risk_counts.update(tally["risk_counts"])
@@ -183,6 +187,7 @@ class ImplementationSummary:
             "op": self.op, "implementation": self.name, "source": self.source, "verdict": self.verdict.lower(),
             "elapsed_s": round(self.elapsed_s, 2),
             "examples": {kind: self.examples.get(kind, 0) for kind in ("fuzz", "judge", "fixture")},
+            "rows": {kind: self.rows.get(kind, 0) for kind in ("fuzz", "judge", "fixture")},
             "budget": {"seconds": budget_s, "exhausted": self.budget_exhausted},
             "checks": {name: {s: counts.get(s, 0) for s in STATUSES} for name, counts in sorted(self.checks.items())},
             "judge_official": {k: self.judge_official.get(k, 0) for k in ("passed", "failed", "skipped", "untrusted")},
@@ -208,7 +213,7 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
     fuzz = s.examples.get("fuzz", 0)
     budget = (f" (budget {budget_s:g} s reached: stopped after {fuzz})" if s.budget_exhausted
               else f" (within budget {budget_s:g} s)" if budget_s else "")
-    lines.append(f"  examples: {fuzz} drawn{budget}, {s.examples.get('judge', 0)} judge cases, "
+    lines.append(f"  examples: {fuzz} drawn ({s.rows.get('fuzz', 0)} rows){budget}, {s.examples.get('judge', 0)} judge cases, "
                  f"{s.examples.get('fixture', 0)} fixtures replayed")
     tests = s.tests_json()
     not_run = tests["not_run"]

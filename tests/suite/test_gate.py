@@ -43,6 +43,9 @@ def test_correct_kernel_passes_with_schema_valid_report(tmp_path):
     assert report["verdict"] == "pass"
     (impl,) = report["implementations"]
     assert impl["implementation"] == "my_hc_head.py" and impl["examples"]["fuzz"] > 0
+    # rows checked: the drawn cases' tokens (T = 0 cases hold none), the judge's cases' (168 on the CPU)
+    assert impl["rows"]["judge"] >= 100 and impl["rows"]["fuzz"] >= 1, impl["rows"]
+    assert f"drawn ({impl['rows']['fuzz']} rows)" in out, out[-2000:]
     assert "tritonfuzz verdict" in out and "hc_head / my_hc_head.py: PASS" in out
 
 
