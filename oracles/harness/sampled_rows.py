@@ -52,10 +52,13 @@ def rows_case(op_name: str, inputs: dict, rows: list[int], features: frozenset) 
 
 
 def verdict_on_rows(op_name: str, inputs: dict, raw, rows: list[int], *, judge_exact: bool = False,
-                    features: frozenset = frozenset({BEYOND_INT32})) -> tuple[Case, Verdict]:
+                    features: frozenset = frozenset({BEYOND_INT32}), reference_raw=None) -> tuple[Case, Verdict]:
     """The op's verdict on `rows` of outputs `raw` the kernel already returned for `inputs`:
     (the small case of those rows, the verdict). `features` tags the small case (by default as
-    rows of an input beyond 2^31 elements, outside the judge domain)."""
+    rows of an input beyond 2^31 elements, outside the judge domain). The reference the verdict
+    compares with is `reference_raw`'s rows when given (the reference as it ran on the whole
+    input, on its device: torch.topk's tie order differs between CUDA and the CPU), else the
+    reference run again on those rows on the CPU."""
     spec = get_op(op_name)
     case = rows_case(op_name, inputs, rows, features)
     verdict = Verdict()
@@ -63,10 +66,12 @@ def verdict_on_rows(op_name: str, inputs: dict, raw, rows: list[int], *, judge_e
     if len(raw) != len(spec.output_names):
         verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(spec.output_names)}"))
         return case, verdict
-    outputs = {name: out.index_select(0, torch.tensor(rows, device=out.device)).cpu()
-               for name, out in zip(spec.output_names, raw)}
-    reference = dict(zip(spec.output_names, (lambda r: r if isinstance(r, tuple) else (r,))(
-        spec.reference(**case.to("cpu")))))
+    def rows_of(values):
+        values = values if isinstance(values, tuple) else (values,)
+        return {name: out.index_select(0, torch.tensor(rows, device=out.device)).cpu()
+                for name, out in zip(spec.output_names, values)}
+    outputs = rows_of(raw)
+    reference = rows_of(reference_raw) if reference_raw is not None else rows_of(spec.reference(**case.to("cpu")))
     for check in spec.verdict_checks(case, outputs, reference, judge_exact=judge_exact):
         verdict.add(check)
     return case, verdict

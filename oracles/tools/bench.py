@@ -142,7 +142,8 @@ def explain_disagreement(op: str, inputs: dict, out, ref, judge_message: str) ->
     rows = differing_rows(out, ref)
     if not rows:
         return f"DIFF: {judge_message}"
-    _, verdict = verdict_on_rows(op, inputs, out, rows, features=frozenset())  # the outputs already returned
+    # the outputs already returned, against the reference's own rows (its device's tie order)
+    _, verdict = verdict_on_rows(op, inputs, out, rows, features=frozenset(), reference_raw=ref)
     failing = verdict.failures()
     if failing:
         return f"DIFF: {'; '.join(c.message.splitlines()[0][:300] for c in failing)}"

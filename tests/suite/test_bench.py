@@ -156,3 +156,17 @@ def test_fuzz_throughput_says_where_the_time_went(run_options):
     assert abs(sum(phases.values()) - stats["seconds"]) <= 0.05 * stats["seconds"] + 0.05, (phases, stats["seconds"])
     assert phases["kernel"] > 0 and phases["oracle"] > 0 and phases["draw"] > 0, phases
     assert stats["rows"] >= stats["examples"] - stats["errors"] - 1 and stats["rows_per_second"] > 0, stats
+
+
+def test_a_bench_disagreement_with_the_devices_own_tie_order_is_a_risk():
+    """On the H200 the kernel put tied experts smaller-index first and CUDA's torch.topk did not:
+    the verdict must compare with the reference as it ran there (its rows), not with the CPU
+    reference run again, which agrees with the kernel and left the bench printing DIFF."""
+    inputs, (values, indices) = tied_rows_topk()
+    cuda_order = indices.clone()
+    cuda_order[:, [0, 1]] = indices[:, [1, 0]]  # the reference's tie order on that device
+    message = bench.judge_agrees("gate_topk", (values, indices), (values.clone(), cuda_order))
+    assert message != "ok"
+    explained = bench.explain_disagreement("gate_topk", inputs, (values, indices), (values.clone(), cuda_order),
+                                           message)
+    assert explained.startswith("risk tie"), explained
