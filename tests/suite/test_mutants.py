@@ -22,16 +22,11 @@ PROFILE = "ci"
 # Mutants the ci profile's examples do not reach: real gaps of the strategies, each with why.
 # Strict: once a strategy change catches one, the xfail turns into a failure to remove it here.
 CI_GAPS: dict[str, str] = {}  # none: every mutant is caught within the ci profile's examples
-# The same on a GPU, where the ci profile draws GPU-sized cases (another derandomized sequence),
-# measured natively on an H200 (tests/results/mutation-power.md, 2026-12-01). Each needs, in one
-# case, the softmax branch with a nonzero softcap (or a non-constant bias), scores not small
-# against the cap, and >= 2 routed slots or no renormalization; the CPU's ci draw meets that.
-GPU_CI_GAPS: dict[str, str] = {
-    "moe_fused_gate/softcap_ignored.py": "softmax + softcap with scores near the cap and >= 2 routed slots: "
-                                         "not met in the ci profile's 20 GPU-sized examples (H200, 2026-12-01)",
-    "moe_fused_gate/softmax_without_bias.py": "softmax with a non-constant bias and >= 2 routed slots: not met in "
-                                              "the ci profile's 20 GPU-sized examples (H200, 2026-12-01)",
-}
+# The same on a GPU, where the ci profile draws GPU-sized cases (another derandomized sequence).
+# None since moe_fused_gate draws its softmax branch twice as often: softcap_ignored and
+# softmax_without_bias escaped the 20 GPU-sized examples before (H200, 2026-12-01) and are caught
+# at examples 7 and 6 now (H200, 2026-12-02; tests/results/mutation-power.md).
+GPU_CI_GAPS: dict[str, str] = {}
 
 
 def mutant_params():
