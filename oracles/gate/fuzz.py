@@ -3,8 +3,10 @@ share: the kernels under test, the failures awaiting a fixture, a lost CUDA cont
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from hypothesis import Phase, settings, target
 from hypothesis.control import current_build_context, currently_in_test_context
 
 from oracles.harness.differential import RunOptions, run_case
+from oracles.harness.sampled_rows import sampled_row_case
 from oracles.harness.failures import Failure, failure_exception, failure_message, failure_signature, minimized_unsupported, record_fixture
 from oracles.harness.inflight import end_worker_after_device_fault, in_flight, in_worker
 from oracles.gate.report import Tally
@@ -99,16 +102,32 @@ class Fuzz:
                 self._raise(failure)
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
-                       timeout_s=self.case_timeout_s):
-            try:
-                verdict = run_case(implementation.op, implementation.fn, case, self.options)
-            except Exception as e:  # the kernel's own exceptions are verdicts inside run_case: this is ours
-                import traceback
-                where = "".join(traceback.format_exception(e, limit=-3)).strip()
-                raise SuiteError(f"tritonfuzz failed while judging {implementation.op} / {implementation.name} on "
-                                 f"case {case.summary()}: {type(e).__name__}: {e}. This is the suite's error, not "
-                                 f"the kernel's; please report it with this message and:\n{where}") from e
+                       timeout_s=self.case_timeout_s), self._suite_errors(implementation, case.summary()):
+            verdict = run_case(implementation.op, implementation.fn, case, self.options)
         return self.record(case, implementation, verdict)
+
+    def check_sampled_rows(self, inputs: dict, rows: list[int], implementation):
+        """The beyond-2^31 case: the kernel on the whole input, the verdict on `rows` of it
+        (oracles/harness/sampled_rows.py); an error of that verdict is the suite's, as in check."""
+        __tracebackhide__ = True
+        spec = get_op(implementation.op)
+        shape = "x".join(map(str, next(v for k, v in inputs.items() if k in spec.row_inputs).shape))
+        with self._suite_errors(implementation, f"rows {rows} of a [{shape}] input"):
+            case, verdict = sampled_row_case(implementation.op, implementation.fn, inputs, rows,
+                                             judge_exact=self.options.judge_exact)
+        return self.record(case, implementation, verdict)
+
+    @contextlib.contextmanager
+    def _suite_errors(self, implementation, what: str):
+        """The kernel's own exceptions are verdicts inside run_case and sampled_row_case: anything
+        raised through them is tritonfuzz's, reported as a SuiteError (never a verdict)."""
+        try:
+            yield
+        except Exception as e:
+            where = "".join(traceback.format_exception(e, limit=-3)).strip()
+            raise SuiteError(f"tritonfuzz failed while judging {implementation.op} / {implementation.name} on "
+                             f"case {what}: {type(e).__name__}: {e}. This is the suite's error, not "
+                             f"the kernel's; please report it with this message and:\n{where}") from e
 
     def record(self, case, implementation, verdict):
         """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it."""

@@ -66,12 +66,16 @@ def verdict_on_rows(op_name: str, inputs: dict, raw, rows: list[int], *, judge_e
     if len(raw) != len(spec.output_names):
         verdict.add(Check("contract", FAIL, f"returned {len(raw)} value(s), expected {len(spec.output_names)}"))
         return case, verdict
-    def rows_of(values):
+    def rows_of(values, device):
         values = values if isinstance(values, tuple) else (values,)
-        return {name: out.index_select(0, torch.tensor(rows, device=out.device)).cpu()
+        return {name: out.index_select(0, torch.tensor(rows, device=out.device)).to(device)
                 for name, out in zip(spec.output_names, values)}
-    outputs = rows_of(raw)
-    reference = rows_of(reference_raw) if reference_raw is not None else rows_of(spec.reference(**case.to("cpu")))
+    if reference_raw is not None:  # both on the device they ran on, as run_case judges them there
+        outputs, reference = rows_of(raw, None), rows_of(reference_raw, None)
+    else:
+        outputs = rows_of(raw, "cpu")
+        reference = dict(zip(spec.output_names, (lambda r: r if isinstance(r, tuple) else (r,))(
+            spec.reference(**case.to("cpu")))))
     for check in spec.verdict_checks(case, outputs, reference, judge_exact=judge_exact):
         verdict.add(check)
     return case, verdict

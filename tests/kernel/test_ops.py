@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oracles.harness.sampled_rows import sampled_row_case
 from oracles.ops import OPS
 
 
@@ -43,5 +42,4 @@ def test_beyond_int32_elements(implementation, beyond_int32, fuzz):
     spec = OPS[implementation.op]
     beyond_int32(spec.beyond_int32_bytes)
     inputs, rows = spec.beyond_int32_inputs()
-    case, verdict = sampled_row_case(implementation.op, implementation.fn, inputs, rows)
-    fuzz.record(case, implementation, verdict)
+    fuzz.check_sampled_rows(inputs, rows, implementation)

@@ -182,14 +182,15 @@ def test_margin_is_the_worst_error_over_allowed_and_above_one_exactly_on_failure
     assert (explained.status, explained.kind, explained.margin) == (RISK, "degenerate", 0.75)
 
 
-def test_margin_of_real_verdicts():
-    case = judge_cases("cpu")[0]
+def test_margin_of_real_verdicts(run_options):
+    case = judge_cases(run_options.device)[0]
     impl = bundled_implementations("hc_head")[0]
-    good = run_case("hc_head", impl.fn, case, RunOptions())
+    options = RunOptions(device=run_options.device)
+    good = run_case("hc_head", impl.fn, case, options)
     assert good.check("accuracy").status == PASS and 0 <= good.accuracy_margin() <= 1
     from oracles.submission.loader import load_kernel
     bad_impl = load_kernel("hc_head", ROOT / "tests" / "mutants" / "hc_head" / "sum_not_mean.py").implementations[0]
-    bad = run_case("hc_head", bad_impl.fn, case, RunOptions())
+    bad = run_case("hc_head", bad_impl.fn, case, options)
     assert bad.check("accuracy").status == FAIL and bad.accuracy_margin() > 1
 
 

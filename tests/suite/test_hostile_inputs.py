@@ -22,6 +22,7 @@ from oracles.submission.loader import (PY_MAX_BYTES, ZIP_MAX_MEMBER_BYTES, ZIP_M
                             load_kernel)
 from oracles.harness.differential import RunOptions, run_case
 from oracles.harness.memory import GIB, process_limit
+from oracles.platform.device import suite_device
 from oracles.verdict import FAIL, PASS
 from strategies.case import MAX_CASE_BYTES, MAX_TENSOR_ELEMENTS, CaseFormatError, case_to_json
 from strategies.fixtures import load_fixture
@@ -36,6 +37,12 @@ HC_HEAD = (ROOT / "kernels" / "hc_head.py").read_text()
 
 
 @functools.cache
+def options(**kwargs) -> RunOptions:
+    """RunOptions on the suite's device (the case's tensors go there; the CPU limits still apply
+    to what a kernel allocates on the CPU)."""
+    return RunOptions(device=suite_device(), **kwargs)
+
+
 def first_judge_case():
     return judge_cases("cpu")[0]  # judge_cases builds all of them, the bench sizes too: seconds
 
@@ -328,7 +335,7 @@ def asks_for_64_gib(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
 
 
 def allocates_in_a_loop(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
-    kept = [x.new_zeros(64 * 1024) for _ in range(64)]  # 128 KiB of bf16 each, 8 MiB in all
+    kept = [torch.zeros(64 * 1024, dtype=torch.bfloat16) for _ in range(64)]  # CPU: 128 KiB each, 8 MiB in all
     return _call(bundled_hc_head, x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
 
 
@@ -338,24 +345,24 @@ def test_an_allocation_past_the_per_call_limit_fails_its_case_and_the_run_goes_o
     import resource
     case = first_judge_case()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    verdict = run_case("hc_head", asks_for_64_gib, case, RunOptions())
+    verdict = run_case("hc_head", asks_for_64_gib, case, options())
     contract = verdict.check("contract")
     assert contract.status == FAIL, verdict.render()
     message = contract.message
     assert "AllocationLimitError: torch.empty([8589934592], torch.float64) at test_hostile_inputs.py:" in message
     assert "68719476736 bytes (64.0 GiB)" in message and "per-call limit of 1073741824 bytes" in message
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 256 * 1024  # KiB: nothing was allocated
-    assert run_case("hc_head", bundled_hc_head, case, RunOptions()).check("contract").status == PASS
+    assert run_case("hc_head", bundled_hc_head, case, options()).check("contract").status == PASS
 
 
 def test_the_per_call_limit_counts_every_allocation_of_the_call():
     case = first_judge_case()
-    verdict = run_case("hc_head", allocates_in_a_loop, case, RunOptions(alloc_limit=4 * 2 ** 20))
+    verdict = run_case("hc_head", allocates_in_a_loop, case, options(alloc_limit=4 * 2 ** 20))
     message = verdict.check("contract").message
-    assert verdict.check("contract").status == FAIL and "Tensor.new_zeros([65536], torch.bfloat16)" in message
+    assert verdict.check("contract").status == FAIL and "torch.zeros([65536], torch.bfloat16)" in message
     assert ("asks for 131072 bytes on the CPU during the kernel call, 4194304 bytes (4.0 MiB) already allocated in "
             "this call: past the per-call limit of 4194304 bytes (4.0 MiB)") in message  # the 33rd of 64
-    assert run_case("hc_head", allocates_in_a_loop, case, RunOptions(alloc_limit=None)).check("contract").status == PASS
+    assert run_case("hc_head", allocates_in_a_loop, case, options(alloc_limit=None)).check("contract").status == PASS
 
 
 def bytearray_past_the_process_limit(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
@@ -378,7 +385,7 @@ def test_memory_past_the_process_limit_is_a_fault_of_the_call_not_a_refusal(kern
     inside = first_judge_case()
     outside = dataclasses.replace(inside, inputs={**inside.inputs, "x": inside.inputs["x"].float()})  # x.dtype=float32
     for case in (inside, outside):
-        verdict = run_case("hc_head", kernel, case, RunOptions())
+        verdict = run_case("hc_head", kernel, case, options())
         contract = verdict.check("contract")
         assert contract.status == FAIL, verdict.render()
         assert "RLIMIT_DATA, set by --memory-limit" in contract.message
@@ -396,7 +403,7 @@ def test_a_call_that_changes_the_process_fails_process_state_and_is_undone():
     case = first_judge_case()
     cwd = os.getcwd()
     try:
-        verdict = run_case("hc_head", leaves_a_thread_and_a_new_directory, case, RunOptions())
+        verdict = run_case("hc_head", leaves_a_thread_and_a_new_directory, case, options())
     finally:
         leaves_a_thread_and_a_new_directory.stop.set()
     check = verdict.check("process-state")

@@ -2,6 +2,7 @@
 (the float32 reference must sit inside the accuracy bound, which proves the bound is not too
 tight for a correct float32 computation) and against mpmath at 50 digits on tiny cases."""
 
+import dataclasses
 import mpmath
 import pytest
 import torch
@@ -499,14 +500,14 @@ def test_gate_topk_judge_domain():
 
 
 @pytest.mark.gate_topk
-def test_the_verdict_on_sampled_rows_judges_those_rows_of_the_whole_run():
+def test_the_verdict_on_sampled_rows_judges_those_rows_of_the_whole_run(run_options):
     """oracles/harness/sampled_rows.py (the beyond-2^31 case on a GPU, disagreements in the
     bench) on a small input: the bundled kernel passes on the sampled rows; a kernel wrong in
     its last row fails there and passes where the rows skip it; a device fault in the call is a
     failure, a clean refusal of the (beyond-2^31, so outside the judge domain) input is not."""
     from kernels.gate_topk import gate_topk
     from oracles.harness.sampled_rows import sampled_row_case
-    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(3))
+    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(3)).to(run_options.device)
     inputs = {"x": x, "k": 3}
 
     def wrong_last_row(x, k):
@@ -532,3 +533,30 @@ def test_the_verdict_on_sampled_rows_judges_those_rows_of_the_whole_run():
     assert not refusal.failures() and [c.name for c in refusal.unsupported()] == ["contract"]
     from oracles.ops.gate_topk import judge_domain_violations
     assert judge_domain_violations(case)[0].startswith("elements=beyond 2^31")  # every op tags such rows
+
+
+@pytest.mark.gate_topk
+def test_an_error_of_the_sampled_rows_verdict_is_the_suites_not_the_kernels(fuzz, run_options, monkeypatch):
+    """The beyond-2^31 test judges its rows through Fuzz.check_sampled_rows: a bug of that
+    verdict (an IndexError in verdict_on_rows once printed FAIL for a public kernel on the H200)
+    is a SuiteError -- the gate's own line and exit code 3 -- while a wrong row stays the kernel's."""
+    import oracles.harness.sampled_rows as sampled_rows
+    from kernels.gate_topk import gate_topk
+    from oracles.gate.fuzz import SuiteError
+    from oracles.harness.failures import KernelCheckFailed
+    from oracles.submission.loader import bundled_implementations
+    impl = bundled_implementations("gate_topk")[0]
+    inputs = {"x": torch.randn(6, 16, generator=torch.Generator().manual_seed(3)).to(run_options.device), "k": 3}
+
+    def wrong_last_row(x, k):
+        values, indices = gate_topk(x, k)
+        indices[-1] = indices[-1].flip(0)
+        return values, indices
+    with pytest.raises(KernelCheckFailed):
+        fuzz.check_sampled_rows(inputs, [0, 5], dataclasses.replace(impl, fn=wrong_last_row))
+
+    def broken(*args, **kwargs):
+        raise IndexError("index out of range in self (a planted bug of the suite)")
+    monkeypatch.setattr(sampled_rows, "verdict_on_rows", broken)
+    with pytest.raises(SuiteError, match="the suite's error, not the kernel's"):
+        fuzz.check_sampled_rows(inputs, [0, 5], impl)

@@ -528,12 +528,12 @@ def _tuple_and_none(x_ptr, y_ptr, bias_ptr, n, SHAPE: tl.constexpr, BLOCK: tl.co
     tl.store(y_ptr + offs, v * SHAPE[0], mask=offs < n)
 
 
-def test_every_launch_form_is_recorded_and_never_the_suites_error():
+def test_every_launch_form_is_recorded_and_never_the_suites_error(run_options):
     """@triton.heuristics, do_not_specialize, autotune configs with pre-hooks, a tuple constexpr
     and a None pointer: each runs inside the sanitizers' scope and goes through the gpu-compile
     check, which compiles what it can send to the compiler and skips (never fails, never raises
     through) what it cannot."""
-    x = torch.arange(1, 13, dtype=torch.float32)
+    x = torch.arange(1, 13, dtype=torch.float32, device=run_options.device)
     for launch, expected in (
             (lambda y: _heuristic_copy[(1,)](x, y, 12, BLOCK=16), x),
             (lambda y: _unspecialized_copy[(1,)](x, y, 12, BLOCK=16), x),

@@ -178,7 +178,7 @@ def test_distinct_bugs_get_distinct_exception_types():
 
 
 @pytest.mark.hc_head
-def test_minimizing_one_bug_never_turns_it_into_another():
+def test_minimizing_one_bug_never_turns_it_into_another(run_options):
     """A kernel with two bugs (strides of x ignored; hc_mult = 3 wrong): the failure found on a
     strided x with 4 streams must minimize to a smaller strided case, not to the contiguous
     hc_mult = 3 case of the other bug, which fails the same check but is another bug with its
@@ -197,7 +197,7 @@ def test_minimizing_one_bug_never_turns_it_into_another():
 
     class Impl:
         op, name, fn = "hc_head", "two_bugs.py", staticmethod(two_bugs)
-    options = RunOptions()
+    options = RunOptions(device=run_options.device)
     base = torch.randn(3, 4, 32, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     strided = hc_case(x=base[:, :, ::2])
     verdict = run_case("hc_head", two_bugs, strided, options)
