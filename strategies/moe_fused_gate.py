@@ -30,7 +30,12 @@ OP = "moe_fused_gate"
 # carries its own value kind and hazard, so a case holds up to 8.
 SIZES = {
     "cpu": dict(max_rows=8, max_experts=320, max_routed=12, max_shared=3, max_groups=16),
-    "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16),
+    # On a GPU, three cases in four take their whole structure from GPU_STRUCTURES (below): Triton
+    # compiles a kernel anew for every new combination of constexprs, dtypes and integer arguments
+    # (each specialized on == 1 and % 16), so drawn freely nearly every case compiled (83% of the
+    # moe fuzz time on an H200, 2026-12-02); the values, hazards and layouts are drawn anew.
+    "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16,
+                 structure_pool="GPU_STRUCTURES"),
 }
 
 # The signature, in order: every case names every argument, as the judge passes them (by keyword).
@@ -106,6 +111,23 @@ SOFTCAPS = (0.0, 30.0, 1.0, 5.0)
 GROUP_COUNTS = (8, 2, 3, 4, 16, 5, 7)
 GROUP_SIZES = (2, 3, 5, 8, 12, 16, 17, 20, 31, 32, 33)
 
+# Whole structures a GPU run mostly reuses (SIZES["cuda"]): (M, N, G, topk_group, KR, S, scoring,
+# softcap, renormalize, routed_scaling_factor, apply on output, dtype). The judge's and three
+# routers' configurations first, then hostile ones: groups of 17 with every option on and a
+# softcap of the scores' size, the -inf fill (KR past the kept experts), one row of 255 experts.
+GPU_STRUCTURES = (
+    (37, 256, 8, 4, 8, 1, "sigmoid", 0.0, True, 2.5, False, torch.bfloat16),       # DeepSeek-V3, the judge's
+    (17, 32, 1, 1, 4, 0, "softmax", 30.0, False, 1.0, False, torch.bfloat16),      # the judge's softmax case
+    (83, 64, 1, 1, 6, 0, "sqrtsoftplus", 0.0, True, 1.0, False, torch.bfloat16),   # the judge's sqrtsoftplus
+    (9, 128, 1, 1, 6, 0, "sigmoid", 0.0, True, 1.7, True, torch.float32),          # the judge's float32 case
+    (16, 160, 8, 3, 6, 0, "softmax", 0.0, False, 16.0, False, torch.bfloat16),     # DeepSeek-V2: groups of 20
+    (64, 384, 1, 1, 8, 1, "sigmoid", 0.0, True, 2.827, False, torch.bfloat16),     # Kimi K2
+    (5, 85, 5, 2, 5, 2, "softmax", 5.0, True, 0.5, True, torch.float16),           # groups of 17, all options
+    (128, 16, 8, 1, 3, 0, "sigmoid", 0.0, True, 1.0, False, torch.float32),        # the -inf fill
+    (1, 255, 1, 1, 12, 3, "softmax", 1.0, True, 2.5, False, torch.bfloat16),       # one row, softcap 1
+)
+STRUCTURE_POOLS = {"GPU_STRUCTURES": GPU_STRUCTURES}
+
 
 def _floor_value(name: str, dtype: torch.dtype) -> torch.Tensor:
     if name == "-1e4":
@@ -173,7 +195,8 @@ def make_bias(kind: str, N: int, *, groups: int, seed: int) -> torch.Tensor:
 
 
 def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: int = 320, max_routed: int = 12,
-                         max_shared: int = 3, max_groups: int = 16, dtypes=FLOAT_DTYPES) -> st.SearchStrategy[Case]:
+                         max_shared: int = 3, max_groups: int = 16, dtypes=FLOAT_DTYPES,
+                         structure_pool=()) -> st.SearchStrategy[Case]:
     """moe_fused_gate cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean); ungrouped (N a hostile
@@ -203,11 +226,43 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
                               f"verdict enumerates tied group selections, C(16, 8) at most)")
     if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
         raise InvalidArgument(f"moe_fused_gate_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
-    return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes))
+    pool = STRUCTURE_POOLS.get(structure_pool, structure_pool) if isinstance(structure_pool, str) else structure_pool
+    if isinstance(structure_pool, str) and structure_pool not in STRUCTURE_POOLS:
+        raise InvalidArgument(f"moe_fused_gate_cases: structure_pool={structure_pool!r}; expected one of "
+                              f"{sorted(STRUCTURE_POOLS)} or a tuple of structures")
+    for entry in pool:
+        _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
+    return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes),
+                                 tuple(pool))
+
+
+def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
+    """A pooled structure must be one the free draw could give (within the sizes, valid for the
+    reference): else the pool would test something the limits exclude."""
+    try:
+        M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = entry
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"moe_fused_gate_cases: structure {entry!r}; expected (M, N, G, topk_group, KR, S, "
+                              f"scoring, softcap, renormalize, rsf, apply_on_output, dtype)") from None
+    ok = (min_rows <= M <= max_rows and 1 <= N <= max_experts and 1 <= G <= max_groups and N % G == 0
+          and 1 <= tg <= G and 0 <= KR <= min(N, max_routed) and 0 <= S <= max_shared and dtype in dtypes
+          and (G > 1 or tg == 1))
+    if not ok:
+        raise InvalidArgument(f"moe_fused_gate_cases: structure {entry!r} is outside max_rows={max_rows}, "
+                              f"max_experts={max_experts}, max_routed={max_routed}, max_shared={max_shared}, "
+                              f"max_groups={max_groups}, dtypes={dtypes} (or G does not divide N)")
 
 
 @st.composite
-def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
+def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, pool):
+    if pool and not draw(sometimes(4), label="new structure?"):
+        M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = draw(st.sampled_from(pool),
+                                                                                      label="structure")
+        per = N // G if G > 1 else None
+        options = dict(topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S, renormalize=renormalize,
+                       routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
+                       moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
+        return draw(_values(M, N, G, tg, per, KR, scoring, softcap, options, dtype))
     if min_rows == 0 and draw(sometimes(12), label="M=0?"):
         M = 0
     else:
@@ -261,6 +316,13 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
         moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
 
     dtype = draw(st.sampled_from(dtypes), label="dtype")
+    return draw(_values(M, N, G, tg, per, KR, scoring, softcap, options, dtype))
+
+
+@st.composite
+def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype):
+    """The values of a case whose structure is drawn: scores row by row, the bias, the hazards,
+    the specials and the layouts."""
     # each row its own value kind (and magnitude): a case of M rows tests M kinds for the price
     # of one launch, and the minimizer drops the rows that do not matter
     kinds_pool = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")

@@ -423,6 +423,36 @@ def test_drawn_cases_and_smaller_moves_are_valid_for_the_official_reference():
     check()
 
 
+def test_a_gpu_run_mostly_reuses_whole_structures_and_they_are_valid():
+    """SIZES["cuda"] draws three cases in four from GPU_STRUCTURES (each a compile at most once a
+    process): every option of such a case is the pool entry's, the reference accepts it, and the
+    values still vary (two draws of one structure are different cases)."""
+    from strategies.moe_fused_gate import GPU_STRUCTURES
+    small = tuple((min(M, 4), *rest) for M, *rest in GPU_STRUCTURES)  # few rows: the CPU draws them
+    seen = []
+
+    @given(case=moe_fused_gate_cases(max_rows=4, max_experts=384, max_routed=12, max_shared=3,
+                                     structure_pool=small))
+    @settings(max_examples=40, deadline=None, database=None)
+    def check(case):
+        a = case.inputs
+        M, N = a["scores"].shape
+        key = (M, N, a["num_expert_group"], a["topk_group"], a["topk"] - a["num_fused_shared_experts"],
+               a["num_fused_shared_experts"], a["scoring_func"], a["moe_softcapping"], a["renormalize"],
+               a["routed_scaling_factor"], a["apply_routed_scaling_factor_on_output"], a["scores"].dtype)
+        seen.append((key in small, case.content_hash()))
+        oracle.reference(**a)
+    check()
+    pooled = [h for hit, h in seen if hit]
+    assert len(pooled) >= len(seen) // 2, f"{len(pooled)} of {len(seen)} drawn from the pool"
+    assert len(set(pooled)) > len(pooled) // 2, "the pooled cases do not vary"
+    with pytest.raises(InvalidArgument, match="structure"):
+        moe_fused_gate_cases(max_rows=4, structure_pool=((5, 7, 2, 1, 1, 0, "sigmoid", 0.0, True, 1.0, False,
+                                                          torch.bfloat16),))  # 2 groups do not divide 7
+    with pytest.raises(InvalidArgument, match="structure_pool"):
+        moe_fused_gate_cases(structure_pool="NO_SUCH_POOL")
+
+
 def test_nan_case_shrinks_small():
     """Hypothesis shrinks a NaN case to one expert, contiguous, bf16; rows shrink less (each row
     draws its own kind and hazard, so the NaN's row cannot simply become row 0), and the

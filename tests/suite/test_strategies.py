@@ -386,3 +386,24 @@ def test_gate_topk_smaller_cases_stay_valid():
         gt_oracle.reference(**move.inputs)
     assert any(gt_shape(m)[0] < gt_shape(case)[0] for m in moves)
     assert any(gt_shape(m)[1] < gt_shape(case)[1] for m in moves)
+
+
+def test_gate_topk_gpu_run_mostly_reuses_whole_structures_and_still_explores():
+    """SIZES["cuda"]: three cases in four take (M, N, k, dtype) from GPU_STRUCTURES (each compiles
+    at most once a process), some take a fresh structure, and the values of one structure vary."""
+    from strategies.gate_topk import GPU_STRUCTURES
+    small = tuple((min(M, 3), N, k, dtype) for M, N, k, dtype in GPU_STRUCTURES)  # few rows on the CPU
+    seen = []
+
+    @settings(max_examples=80, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=gate_topk_cases(max_rows=3, max_cols=4200, max_k=64, structure_pool=small))
+    def collect(case):
+        x = case.inputs["x"]
+        seen.append(((*x.shape, case.inputs["k"], x.dtype) in small, case.content_hash()))
+        gt_oracle.reference(**case.inputs)
+    collect()
+    pooled = [h for hit, h in seen if hit]
+    assert len(pooled) >= 0.6 * len(seen) and len(pooled) < len(seen), (len(pooled), len(seen))
+    assert len(set(pooled)) > len(pooled) // 2, "the pooled cases do not vary"
+    with pytest.raises(InvalidArgument, match="structure"):
+        gate_topk_cases(max_rows=3, structure_pool=((2, 8, 9, torch.bfloat16),))  # k > N
