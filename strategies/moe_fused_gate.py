@@ -114,7 +114,8 @@ GROUP_SIZES = (2, 3, 5, 8, 12, 16, 17, 20, 31, 32, 33)
 # Whole structures a GPU run mostly reuses (SIZES["cuda"]): (M, N, G, topk_group, KR, S, scoring,
 # softcap, renormalize, routed_scaling_factor, apply on output, dtype). The judge's and three
 # routers' configurations first, then hostile ones: groups of 17 with every option on and a
-# softcap of the scores' size, the -inf fill (KR past the kept experts), one row of 255 experts.
+# softcap of the scores' size, the -inf fill (KR past the kept experts), one row of 255 experts,
+# one token of an ungrouped sqrt-softplus router (a decode step; kernels special-case M = 1).
 GPU_STRUCTURES = (
     (37, 256, 8, 4, 8, 1, "sigmoid", 0.0, True, 2.5, False, torch.bfloat16),       # DeepSeek-V3, the judge's
     (17, 32, 1, 1, 4, 0, "softmax", 30.0, False, 1.0, False, torch.bfloat16),      # the judge's softmax case
@@ -125,6 +126,7 @@ GPU_STRUCTURES = (
     (5, 85, 5, 2, 5, 2, "softmax", 5.0, True, 0.5, True, torch.float16),           # groups of 17, all options
     (128, 16, 8, 1, 3, 0, "sigmoid", 0.0, True, 1.0, False, torch.float32),        # the -inf fill
     (1, 255, 1, 1, 12, 3, "softmax", 1.0, True, 2.5, False, torch.bfloat16),       # one row, softcap 1
+    (1, 256, 1, 1, 8, 0, "sqrtsoftplus", 0.0, True, 1.0, False, torch.bfloat16),   # one token (decode)
 )
 STRUCTURE_POOLS = {"GPU_STRUCTURES": GPU_STRUCTURES}
 

@@ -37,7 +37,7 @@ def run_engine(tmp_path: Path, database: str, *, kernel: Path = MUTANT, seconds:
                f"--regressions-dir={regressions}", f"--log-dir={tmp_path / 'logs'}", "--minimize-budget", "3"]
     command += ["-x"] if until_failure else []
     env = {k: v for k, v in os.environ.items() if k != engine.DATABASE_ENV}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=ENGINE_SECONDS + 240)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(seconds, ENGINE_SECONDS) + 240)
     return done, regressions
 
 
@@ -117,7 +117,10 @@ def test_a_worker_killed_by_its_kernel_is_started_again(tmp_path):
     requires_hypofuzz()
     kernel = tmp_path / "segfaults.py"
     kernel.write_text(SEGFAULT)
-    done, _ = run_engine(tmp_path, str(tmp_path / "db"), kernel=kernel, seconds=40, until_failure=False)
+    # On a GPU a worker takes longer to reach its first call (CUDA, HypoFuzz): 40 s of a loaded
+    # H200 ended before the first segfault (twice, 2026-12-02), 40 s alone saw one restart.
+    seconds = 90 if torch.cuda.is_available() else 40
+    done, _ = run_engine(tmp_path, str(tmp_path / "db"), kernel=kernel, seconds=seconds, until_failure=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "worker-0 died (exit code -11; a negative code is the signal): restarting it (1 of" in done.stdout, done.stdout
     assert "worker-0: restarted" in done.stdout

@@ -384,7 +384,7 @@ def test_every_test_is_accounted_for_and_a_memory_hog_fails_without_taking_the_r
                            "--hypothesis-profile", "ci", "--gate-report", str(report), "--minimize-budget", "1",
                            f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
                            "tests/kernel/test_ops.py", "tests/kernel/test_static_scan.py",
-                           "-k", "(judge_cases and 128 or static_rules) and not ascend"],
+                           "-k", "(judge_cases and 128 and not 7168 or static_rules) and not ascend"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     out = done.stdout + done.stderr

@@ -407,3 +407,19 @@ def test_gate_topk_gpu_run_mostly_reuses_whole_structures_and_still_explores():
     assert len(set(pooled)) > len(pooled) // 2, "the pooled cases do not vary"
     with pytest.raises(InvalidArgument, match="structure"):
         gate_topk_cases(max_rows=3, structure_pool=((2, 8, 9, torch.bfloat16),))  # k > N
+
+
+@pytest.mark.parametrize("op", ["hc_head", "sigmoid_gate_topk_renorm", "gate_topk", "moe_fused_gate"])
+def test_every_ops_gpu_sizes_make_a_strategy_that_draws(op):
+    """SIZES["cuda"] is only used on a GPU: a pool entry outside its own limits (gate_topk's 512
+    rows against max_rows=300) failed every GPU test of the op on the H200 and no CPU test.
+    Building the GPU strategy and drawing from it here catches that on the CPU."""
+    from oracles.ops import get_op
+    spec = get_op(op)
+    strategy = spec.cases(**spec.sizes["cuda"])
+
+    @settings(max_examples=3, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def draw(case):
+        assert case.op == op
+    draw()
