@@ -4,6 +4,7 @@ share: the kernels under test, the failures awaiting a fixture, a lost CUDA cont
 from __future__ import annotations
 
 import contextlib
+import statistics
 import sys
 import time
 import traceback
@@ -55,6 +56,9 @@ def case_rows(case) -> int:
     t = case.inputs.get(get_op(case.op).row_inputs[0])
     return int(t.shape[0]) if getattr(t, "ndim", 0) else 0
 
+RECENT_CASES = 5  # the cases whose median time predicts the next one's (out_of_budget)
+
+
 class SuiteError(Exception):
     """tritonfuzz itself failed while judging a case (the oracle, a check, the recorder): not a
     verdict on the kernel. The gate reports it on its own line and exits with code 3."""
@@ -86,9 +90,16 @@ class Fuzz:
         self.tally: Tally | None = None
         self.seen_failing: dict = {}  # content hash -> Failure
         self.last_progress = self.started
+        self.case_seconds: list[float] = []  # how long each case took to judge, in order
 
     def out_of_budget(self) -> bool:
-        return self.kind == "fuzz" and self.budget_s is not None and time.monotonic() - self.started > self.budget_s
+        """Past --gate-budget, or a new case would likely end past it: one takes as long as the
+        median of the last RECENT_CASES (a case in flight always finishes, and on a GPU one that
+        compiles takes seconds: the drawn phase overran a 30 s budget by 11-15 s, H200 2026-12-02)."""
+        if self.kind != "fuzz" or self.budget_s is None:
+            return False
+        expected = statistics.median(self.case_seconds[-RECENT_CASES:]) if self.case_seconds else 0.0
+        return time.monotonic() - self.started + expected > self.budget_s
 
     def check(self, case, implementation):
         __tracebackhide__ = True
@@ -103,7 +114,9 @@ class Fuzz:
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
                        timeout_s=self.case_timeout_s), self._suite_errors(implementation, case.summary()):
+            started = time.monotonic()
             verdict = run_case(implementation.op, implementation.fn, case, self.options)
+            self.case_seconds.append(time.monotonic() - started)
         return self.record(case, implementation, verdict)
 
     def check_sampled_rows(self, inputs: dict, rows: list[int], implementation):

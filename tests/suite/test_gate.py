@@ -412,3 +412,32 @@ def test_every_test_is_accounted_for_and_a_memory_hog_fails_without_taking_the_r
     assert impls["hc_head_ascend.py"]["tests"] == {
         "collected": 10, "ran": 0, "not_run": [{"reason": "deselected (-k, -m or --deselect)", "count": 10}]}
     assert "hc_head / sub.zip:hc_head_ascend.py: NOT RUN" in out and ": PASS" not in out
+
+
+def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, run_options, monkeypatch):
+    """--gate-budget: a case in flight always finishes, so the budget is kept by not starting one
+    that the recent cases say would end past it. A fake clock makes each call take 10 s: with a
+    25 s budget the cases at 0 s and 10 s run, the one that would start at 20 s does not (the
+    old rule started it and ended at 30 s), and the tally says the budget was reached."""
+    import oracles.gate.fuzz as gate_fuzz
+    from oracles.gate.fuzz import Fuzz
+    from oracles.harness.differential import RunOptions
+    from oracles.submission.loader import Implementation, bundled_implementations
+    from strategies.hc_head import judge_cases
+    clock = [1000.0]
+    monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
+    impl = bundled_implementations("hc_head")[0]
+
+    def takes_ten_seconds(**inputs):
+        clock[0] += 10.0
+        return impl.fn(**inputs)
+    slow = Implementation(op="hc_head", name="slow.py", fn=takes_ten_seconds)
+    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=25.0, case_timeout_s=None, kind="fuzz")
+    case = judge_cases(run_options.device)[0]
+    ran = 0
+    for _ in range(5):
+        before = clock[0]
+        fuzz.check(case, slow)
+        ran += clock[0] > before
+    assert ran == 2 and clock[0] - fuzz.started == 20.0, (ran, clock[0] - fuzz.started)
+    assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2
