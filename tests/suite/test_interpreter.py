@@ -509,3 +509,28 @@ def test_gpu_autotune_falls_back_when_the_pick_cannot_compile(monkeypatch):
     x, y, block = _double(23)
     assert torch.equal(y, 2 * x) and block != pick
     assert runs == [block, block], runs
+
+
+def test_gpu_precompile_warms_every_config_of_a_judge_key_and_never_raises():
+    """_precompile (a judge case's new key on a GPU): every config's warmup is asked for once,
+    with the call's arguments and the config's meta-parameters (never the launch's own `warmup`
+    flag), inside Triton's AsyncCompileMode; a config that fails to compile is left to the tuner,
+    whose own run of it says why. A stand-in tuner records the warmups (the interpreter compiles
+    nothing)."""
+    pytest.importorskip("triton.runtime._async_compile")
+    warmed = []
+
+    class Fn:
+        def warmup(self, **kwargs):
+            warmed.append(kwargs)
+            if kwargs["BLOCK"] == 32:
+                raise RuntimeError("out of shared memory (a planted compile failure)")
+
+    class Tuner:
+        fn = Fn()
+        nargs = {"x_ptr": "x", "n": 12}
+    configs = [triton.Config({"BLOCK": b}, num_warps=4) for b in (16, 32, 64)]
+    bf16._precompile(Tuner(), configs, {"grid": (1,), "warmup": False})
+    assert [w["BLOCK"] for w in warmed] == [16, 32, 64]
+    assert all(w["x_ptr"] == "x" and w["n"] == 12 and w["grid"] == (1,) and w["num_warps"] == 4
+               and "warmup" not in w for w in warmed), warmed
