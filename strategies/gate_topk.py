@@ -15,28 +15,9 @@ from hypothesis.errors import InvalidArgument
 from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, background, hostile_sizes, layouts, magnitudes,
-                               next_in_dtype, place, seeds, sometimes, special_tensor)
+                               mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor)
 
 OP = "gate_topk"
-
-# Case sizes by where the kernel runs: the CPU interpreter costs ~0.1 s a launch and a top-k by
-# iterative max costs k reductions a row block, so rows and k stay small there (N up to 520 still
-# reaches the hostile sizes 509, 511, 513 and four column chunks of the streaming design); a GPU
-# takes model-sized rows and crosses the bundled entry's switch to streaming (N_PAD > 2048).
-# k = N is drawn only while N <= max_k.
-SIZES = {
-    "cpu": dict(max_rows=6, max_cols=520, max_k=16),
-    # On a GPU, three cases in four take (M, N, k, dtype) from GPU_STRUCTURES (below): a kernel is
-    # compiled anew for every new combination of integer arguments (each specialized on == 1 and
-    # % 16), dtypes and constexprs, and drawn freely nearly every case compiled (40% of the
-    # gate_topk fuzz time on an H200, 2026-12-02); values, hazards and layouts are drawn anew.
-    "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool="GPU_STRUCTURES"),
-}
-
-# The judge's cases (tests/test_gate_topk.py of flagos-ai/FlagGems-sglang): (M, N, k, seed); every
-# one is a correctness case, the last ten are also its bench grid.
-JUDGE_CASES = ((1, 256, 8, 0), (37, 128, 4, 1), (512, 64, 1, 2), (128, 384, 32, 3),
-               *((m, 256, k, 9) for m in (1, 8, 64, 512, 4096) for k in (4, 8)))
 
 # (M, N, k, dtype) a GPU run mostly reuses: the judge's shapes (its 512 rows cut to the GPU's
 # 300 at most: 256), k = N, N past one tile, a prime N with k = 1, one row of many columns, a
@@ -47,7 +28,26 @@ GPU_STRUCTURES = (
     (9, 2053, 64, torch.float32), (200, 127, 1, torch.float16), (1, 4099, 16, torch.bfloat16),
     (33, 257, 9, torch.float32),
 )
-STRUCTURE_POOLS = {"GPU_STRUCTURES": GPU_STRUCTURES}
+
+# Case sizes by where the kernel runs: the CPU interpreter costs ~0.1 s a launch and a top-k by
+# iterative max costs k reductions a row block, so rows and k stay small there (N up to 520 still
+# reaches the hostile sizes 509, 511, 513 and four column chunks of the streaming design); a GPU
+# takes model-sized rows and crosses the bundled entry's switch to streaming (N_PAD > 2048).
+# k = N is drawn only while N <= max_k.
+SIZES = {
+    "cpu": dict(max_rows=6, max_cols=520, max_k=16),
+    # On a GPU, three cases in four take (M, N, k, dtype) from GPU_STRUCTURES (above): a kernel is
+    # compiled anew for every new combination of integer arguments (each specialized on == 1 and
+    # % 16), dtypes and constexprs, and drawn freely nearly every case compiled (40% of the
+    # gate_topk fuzz time on an H200, 2026-12-02); values, hazards and layouts are drawn anew.
+    "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool=GPU_STRUCTURES),
+}
+
+# The judge's cases (tests/test_gate_topk.py of flagos-ai/FlagGems-sglang): (M, N, k, seed); every
+# one is a correctness case, the last ten are also its bench grid.
+JUDGE_CASES = ((1, 256, 8, 0), (37, 128, 4, 1), (512, 64, 1, 2), (128, 384, 32, 3),
+               *((m, 256, k, 9) for m in (1, 8, 64, 512, 4096) for k in (4, 8)))
+
 
 # How a row's bulk values are drawn, each with why. The first is the judge's and the shrink target.
 VALUE_KINDS = (
@@ -130,11 +130,6 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
         raise InvalidArgument(f"gate_topk_cases: max_k={max_k}; need >= 1")
     if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
         raise InvalidArgument(f"gate_topk_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
-    if isinstance(structure_pool, str):
-        if structure_pool not in STRUCTURE_POOLS:
-            raise InvalidArgument(f"gate_topk_cases: structure_pool={structure_pool!r}; expected one of "
-                                  f"{sorted(STRUCTURE_POOLS)} or a tuple of (M, N, k, dtype)")
-        structure_pool = STRUCTURE_POOLS[structure_pool]
     for entry in structure_pool:
         M, N, k, dtype = entry
         if not (min_rows <= M <= max_rows and 1 <= k <= min(N, max_k) and N <= max_cols and dtype in dtypes):
@@ -162,10 +157,8 @@ def _structure(draw, min_rows, max_rows, max_cols, max_k, dtypes):
 
 @st.composite
 def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool):
-    if pool and not draw(sometimes(4), label="new structure?"):
-        M, N, k, dtype = draw(st.sampled_from(pool), label="structure")
-    else:
-        M, N, k, dtype = draw(_structure(min_rows, max_rows, max_cols, max_k, dtypes))
+    free = _structure(min_rows, max_rows, max_cols, max_k, dtypes)
+    M, N, k, dtype = draw(mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
     kind = draw(st.sampled_from(KIND_DRAWS), label="values")
     x = make_values(kind, (M, N), k=k, seed=draw(seeds(), label="values_seed"),
                     scale=draw(magnitudes(), label="scale"), dtype=dtype)

@@ -18,10 +18,28 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, Layout, background, hostile_sizes, layouts, magnitudes, next_in_dtype,
-                               place, seeds, sometimes, special_tensor)
+from strategies.values import (FLOAT_DTYPES, Layout, background, hostile_sizes, layouts, magnitudes, mostly_from,
+                               next_in_dtype, place, seeds, sometimes, special_tensor)
 
 OP = "moe_fused_gate"
+
+# Whole structures a GPU run mostly reuses (SIZES["cuda"]): (M, N, G, topk_group, KR, S, scoring,
+# softcap, renormalize, routed_scaling_factor, apply on output, dtype). The judge's and three
+# routers' configurations first, then hostile ones: groups of 17 with every option on and a
+# softcap of the scores' size, the -inf fill (KR past the kept experts), one row of 255 experts,
+# one token of an ungrouped sqrt-softplus router (a decode step; kernels special-case M = 1).
+GPU_STRUCTURES = (
+    (37, 256, 8, 4, 8, 1, "sigmoid", 0.0, True, 2.5, False, torch.bfloat16),       # DeepSeek-V3, the judge's
+    (17, 32, 1, 1, 4, 0, "softmax", 30.0, False, 1.0, False, torch.bfloat16),      # the judge's softmax case
+    (83, 64, 1, 1, 6, 0, "sqrtsoftplus", 0.0, True, 1.0, False, torch.bfloat16),   # the judge's sqrtsoftplus
+    (9, 128, 1, 1, 6, 0, "sigmoid", 0.0, True, 1.7, True, torch.float32),          # the judge's float32 case
+    (16, 160, 8, 3, 6, 0, "softmax", 0.0, False, 16.0, False, torch.bfloat16),     # DeepSeek-V2: groups of 20
+    (64, 384, 1, 1, 8, 1, "sigmoid", 0.0, True, 2.827, False, torch.bfloat16),     # Kimi K2
+    (5, 85, 5, 2, 5, 2, "softmax", 5.0, True, 0.5, True, torch.float16),           # groups of 17, all options
+    (128, 16, 8, 1, 3, 0, "sigmoid", 0.0, True, 1.0, False, torch.float32),        # the -inf fill
+    (1, 255, 1, 1, 12, 3, "softmax", 1.0, True, 2.5, False, torch.bfloat16),       # one row, softcap 1
+    (1, 256, 1, 1, 8, 0, "sqrtsoftplus", 0.0, True, 1.0, False, torch.bfloat16),   # one token (decode)
+)
 
 # Case sizes by where the kernel runs: under the CPU interpreter a launch costs ~0.1 s and each
 # routed slot is a few reductions over the row, so slots stay small there (N up to 320 still
@@ -30,12 +48,12 @@ OP = "moe_fused_gate"
 # carries its own value kind and hazard, so a case holds up to 8.
 SIZES = {
     "cpu": dict(max_rows=8, max_experts=320, max_routed=12, max_shared=3, max_groups=16),
-    # On a GPU, three cases in four take their whole structure from GPU_STRUCTURES (below): Triton
+    # On a GPU, three cases in four take their whole structure from GPU_STRUCTURES (above): Triton
     # compiles a kernel anew for every new combination of constexprs, dtypes and integer arguments
     # (each specialized on == 1 and % 16), so drawn freely nearly every case compiled (83% of the
     # moe fuzz time on an H200, 2026-12-02); the values, hazards and layouts are drawn anew.
     "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16,
-                 structure_pool="GPU_STRUCTURES"),
+                 structure_pool=GPU_STRUCTURES),
 }
 
 # The signature, in order: every case names every argument, as the judge passes them (by keyword).
@@ -111,24 +129,6 @@ SOFTCAPS = (0.0, 30.0, 1.0, 5.0)
 GROUP_COUNTS = (8, 2, 3, 4, 16, 5, 7)
 GROUP_SIZES = (2, 3, 5, 8, 12, 16, 17, 20, 31, 32, 33)
 
-# Whole structures a GPU run mostly reuses (SIZES["cuda"]): (M, N, G, topk_group, KR, S, scoring,
-# softcap, renormalize, routed_scaling_factor, apply on output, dtype). The judge's and three
-# routers' configurations first, then hostile ones: groups of 17 with every option on and a
-# softcap of the scores' size, the -inf fill (KR past the kept experts), one row of 255 experts,
-# one token of an ungrouped sqrt-softplus router (a decode step; kernels special-case M = 1).
-GPU_STRUCTURES = (
-    (37, 256, 8, 4, 8, 1, "sigmoid", 0.0, True, 2.5, False, torch.bfloat16),       # DeepSeek-V3, the judge's
-    (17, 32, 1, 1, 4, 0, "softmax", 30.0, False, 1.0, False, torch.bfloat16),      # the judge's softmax case
-    (83, 64, 1, 1, 6, 0, "sqrtsoftplus", 0.0, True, 1.0, False, torch.bfloat16),   # the judge's sqrtsoftplus
-    (9, 128, 1, 1, 6, 0, "sigmoid", 0.0, True, 1.7, True, torch.float32),          # the judge's float32 case
-    (16, 160, 8, 3, 6, 0, "softmax", 0.0, False, 16.0, False, torch.bfloat16),     # DeepSeek-V2: groups of 20
-    (64, 384, 1, 1, 8, 1, "sigmoid", 0.0, True, 2.827, False, torch.bfloat16),     # Kimi K2
-    (5, 85, 5, 2, 5, 2, "softmax", 5.0, True, 0.5, True, torch.float16),           # groups of 17, all options
-    (128, 16, 8, 1, 3, 0, "sigmoid", 0.0, True, 1.0, False, torch.float32),        # the -inf fill
-    (1, 255, 1, 1, 12, 3, "softmax", 1.0, True, 2.5, False, torch.bfloat16),       # one row, softcap 1
-    (1, 256, 1, 1, 8, 0, "sqrtsoftplus", 0.0, True, 1.0, False, torch.bfloat16),   # one token (decode)
-)
-STRUCTURE_POOLS = {"GPU_STRUCTURES": GPU_STRUCTURES}
 
 
 def _floor_value(name: str, dtype: torch.dtype) -> torch.Tensor:
@@ -228,14 +228,10 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
                               f"verdict enumerates tied group selections, C(16, 8) at most)")
     if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
         raise InvalidArgument(f"moe_fused_gate_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
-    pool = STRUCTURE_POOLS.get(structure_pool, structure_pool) if isinstance(structure_pool, str) else structure_pool
-    if isinstance(structure_pool, str) and structure_pool not in STRUCTURE_POOLS:
-        raise InvalidArgument(f"moe_fused_gate_cases: structure_pool={structure_pool!r}; expected one of "
-                              f"{sorted(STRUCTURE_POOLS)} or a tuple of structures")
-    for entry in pool:
+    for entry in structure_pool:
         _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
     return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes),
-                                 tuple(pool))
+                                 tuple(structure_pool))
 
 
 def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
@@ -257,14 +253,19 @@ def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_sha
 
 @st.composite
 def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, pool):
-    if pool and not draw(sometimes(4), label="new structure?"):
-        M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = draw(st.sampled_from(pool),
-                                                                                      label="structure")
-        per = N // G if G > 1 else None
-        options = dict(topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S, renormalize=renormalize,
-                       routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
-                       moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
-        return draw(_values(M, N, G, tg, per, KR, scoring, softcap, options, dtype))
+    free = _free_structure(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
+    M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = draw(
+        mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
+    options = dict(topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S, renormalize=renormalize,
+                   routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
+                   moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
+    return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype))
+
+
+@st.composite
+def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
+    """(M, N, G, topk_group, KR, S, scoring, softcap, renormalize, rsf, apply_on_output, dtype)
+    drawn freely (the layout of GPU_STRUCTURES' entries)."""
     if min_rows == 0 and draw(sometimes(12), label="M=0?"):
         M = 0
     else:
@@ -309,16 +310,11 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
         KR = 0
     else:
         KR = draw(st.integers(1, top), label="KR")
-    options = dict(
-        topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S,
-        renormalize=True if all_on else draw(st.sampled_from((True, False, True)), label="renormalize"),
-        routed_scaling_factor=draw(st.sampled_from(RSF[1:-1] if all_on else RSF), label="routed_scaling_factor"),
-        apply_routed_scaling_factor_on_output=True if all_on else draw(st.sampled_from((False, True)),
-                                                                       label="apply_rsf"),
-        moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
-
+    renormalize = True if all_on else draw(st.sampled_from((True, False, True)), label="renormalize")
+    rsf = draw(st.sampled_from(RSF[1:-1] if all_on else RSF), label="routed_scaling_factor")
+    apply = True if all_on else draw(st.sampled_from((False, True)), label="apply_rsf")
     dtype = draw(st.sampled_from(dtypes), label="dtype")
-    return draw(_values(M, N, G, tg, per, KR, scoring, softcap, options, dtype))
+    return M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype
 
 
 @st.composite

@@ -50,11 +50,11 @@ def skip_if_device_lost() -> None:
                     f"worker by default, which is replaced after a fault: leave out -n 0 to go on past faults)")
 
 
-
 def case_rows(case) -> int:
     """The rows (tokens) a case holds: dim 0 of the op's first row input."""
     t = case.inputs.get(get_op(case.op).row_inputs[0])
     return int(t.shape[0]) if getattr(t, "ndim", 0) else 0
+
 
 RECENT_CASES = 5  # the cases whose median time predicts the next one's (out_of_budget)
 

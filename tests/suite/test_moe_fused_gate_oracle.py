@@ -433,7 +433,7 @@ def test_a_gpu_run_mostly_reuses_whole_structures_and_they_are_valid():
 
     @given(case=moe_fused_gate_cases(max_rows=4, max_experts=384, max_routed=12, max_shared=3,
                                      structure_pool=small))
-    @settings(max_examples=40, deadline=None, database=None)
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)  # shares, not a coin flip
     def check(case):
         a = case.inputs
         M, N = a["scores"].shape
@@ -449,8 +449,6 @@ def test_a_gpu_run_mostly_reuses_whole_structures_and_they_are_valid():
     with pytest.raises(InvalidArgument, match="structure"):
         moe_fused_gate_cases(max_rows=4, structure_pool=((5, 7, 2, 1, 1, 0, "sigmoid", 0.0, True, 1.0, False,
                                                           torch.bfloat16),))  # 2 groups do not divide 7
-    with pytest.raises(InvalidArgument, match="structure_pool"):
-        moe_fused_gate_cases(structure_pool="NO_SUCH_POOL")
 
 
 def test_nan_case_shrinks_small():
