@@ -117,6 +117,7 @@ class Fuzz:
             started = time.monotonic()
             verdict = run_case(implementation.op, implementation.fn, case, self.options)
             self.case_seconds.append(time.monotonic() - started)
+            self.tally.seconds = time.monotonic() - self.started
         return self.record(case, implementation, verdict)
 
     def check_sampled_rows(self, inputs: dict, rows: list[int], implementation):

@@ -440,4 +440,22 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
         fuzz.check(case, slow)
         ran += clock[0] > before
     assert ran == 2 and clock[0] - fuzz.started == 20.0, (ran, clock[0] - fuzz.started)
-    assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2
+    assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2 and fuzz.tally.seconds == 20.0
+
+
+def test_the_table_says_when_the_case_in_flight_ended_past_the_budget():
+    """A case in flight finishes (a large autotune config compiled for 29 s on an H200): the table
+    gives the drawn phase's own time and how far past the budget it ended, and the report's
+    budget object carries it."""
+    from oracles.gate.report import ImplementationSummary, Tally, render_table
+    tally = Tally("hc_head", "k.py", "fuzz", examples=22, rows=2391, budget_exhausted=True, seconds=51.3)
+    summary = ImplementationSummary("hc_head", "k.py")
+    summary.merge_tally(tally.to_json(), passed=True)
+    table = render_table(summary, 30.0)
+    assert "examples: 22 drawn (2391 rows) in 51 s (budget 30 s reached: stopped after 22; the last case in " \
+           "flight ended 21 s past it)" in table, table
+    assert summary.to_json(30.0)["budget"] == {"seconds": 30.0, "exhausted": True, "drawn_s": 51.3}
+    on_time = ImplementationSummary("hc_head", "k.py")
+    on_time.merge_tally(Tally("hc_head", "k.py", "fuzz", examples=3, budget_exhausted=True, seconds=29.6).to_json(),
+                        passed=True)
+    assert "in 30 s (budget 30 s reached: stopped after 3)," in render_table(on_time, 30.0)
