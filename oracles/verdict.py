@@ -261,6 +261,28 @@ def error_margin(err: torch.Tensor, allowed: torch.Tensor, judged: torch.Tensor)
     return min(worst, sys.float_info.max)
 
 
+def judge_on_rows(judge, outputs: dict, references: dict, left_out: torch.Tensor, why: str) -> Check:
+    """The judge's check on the rows it can judge: `left_out` (bool [rows]) marks rows whose
+    reference no judge accepts for any kernel (NaN under equal_nan off), which the judge never
+    sends. `judge(outputs, references)` runs on copies where those rows hold 0 in both, so they
+    compare equal and every other row keeps its index; the check says which rows it left out.
+    SKIP when it leaves out every row. A case of many independent rows (a GPU case's bulk rows)
+    keeps its judge check when a few of them hold NaN."""
+    if not bool(left_out.any()):
+        return judge(outputs, references)
+    rows = left_out.nonzero().flatten()
+    shown = rows[:MAX_LISTED].tolist()
+    more = f" and {rows.numel() - MAX_LISTED} more" if rows.numel() > MAX_LISTED else ""
+    if bool(left_out.all()):
+        return Check("judge", SKIP, f"{why} (row(s) {shown}{more})")
+
+    def zeroed(tensors: dict) -> dict:
+        return {n: t.index_fill(0, rows.to(t.device), 0) for n, t in tensors.items()}
+    check = judge(zeroed(outputs), zeroed(references))
+    note = f"{rows.numel()} row(s) left out ({shown}{more}): {why}"
+    return replace(check, message=f"{check.message} | {note}" if check.message else note)
+
+
 def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Tensor], *,
                 rounding_allowed: dict[str, torch.Tensor] | None = None,
                 explained: Mapping[str, Mapping[str, torch.Tensor]] | None = None,

@@ -14,8 +14,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, background, hostile_sizes, layouts, magnitudes,
-                               mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor)
+from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, background, bulk_row_counts, hostile_sizes, layouts,
+                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor,
+                               steps_in_dtype)
 
 OP = "gate_topk"
 
@@ -40,8 +41,11 @@ SIZES = {
     # compiled anew for every new combination of integer arguments (each specialized on == 1 and
     # % 16), dtypes and constexprs, and drawn freely nearly every case compiled (40% of the
     # gate_topk fuzz time on an H200, 2026-12-02); values, hazards and layouts are drawn anew.
-    "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool=GPU_STRUCTURES),
+    # Besides its drawn rows a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to
+    # BULK_ELEMENTS values), each with its own hazard (bulk_rows below).
+    "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384)),
 }
+BULK_ELEMENTS = 1 << 22
 
 # The judge's cases (tests/test_gate_topk.py of flagos-ai/FlagGems-sglang): (M, N, k, seed); every
 # one is a correctness case, the last ten are also its bench grid.
@@ -102,12 +106,65 @@ def make_values(kind: str, shape: tuple[int, int], *, k: int, seed: int, scale: 
     raise InvalidArgument(f"make_values: kind={kind!r}; expected one of {[k for k, _ in VALUE_KINDS]}")
 
 
+def bulk_rows(kind: str, B: int, N: int, k: int, *, seed: int, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """B rows of a VALUE_KINDS kind, each with one hazard of ROW_HAZARDS as a drawn row gets it
+    (_gate_topk_cases), all from one seeded generator with tensor ops: ties copied from a rank
+    inside the top k or at its boundary onto up to three lanes (from below the top k at the
+    boundary), a near tie one ulp of the dtype above or below such a rank, NaNs of every kind at up
+    to three columns, a floor (every lane from a rank r < k down set to one of FLOORS), a run of one
+    special, an all-equal row."""
+    x = make_values(kind, (B, N), k=k, seed=seed, scale=scale, dtype=dtype)
+    if B == 0:
+        return x
+    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+    hazard = torch.randint(0, len(ROW_HAZARDS), (B,), generator=gen)
+    rows = torch.arange(B)
+    order = torch.sort(x.double(), dim=-1, descending=True, stable=True).indices     # [B, N]: the lane at each rank
+    rank_of = torch.empty_like(order).scatter_(1, order, torch.arange(N).expand(B, N).contiguous())
+    at_boundary = (torch.rand(B, generator=gen) < 0.5) & (k < N)
+    anchor_rank = torch.where(at_boundary, k - 1, torch.randint(0, k, (B,), generator=gen))
+    anchor = x[rows, order[rows, anchor_rank]].clone()
+
+    def partner():
+        below = order[rows, torch.randint(min(k, N - 1), N, (B,), generator=gen)]
+        return torch.where(at_boundary, below, torch.randint(0, N, (B,), generator=gen))
+
+    def rows_of(name):
+        return hazard == ROW_HAZARDS.index(name)
+
+    copies = torch.randint(1, 4, (B,), generator=gen)
+    for j in range(3):
+        lanes, mine = partner(), rows_of("ties") & (copies > j)
+        x[rows[mine], lanes[mine]] = anchor[mine]
+    lanes, mine = partner(), rows_of("near_tie")
+    up = torch.rand(B, generator=gen) < 0.5
+    x[rows[mine], lanes[mine]] = steps_in_dtype(anchor, up)[mine]
+    nans = torch.stack([special_tensor(name, dtype) for name in NANS])
+    count = torch.randint(1, 4, (B,), generator=gen)
+    for j in range(3):
+        cols, names, mine = (torch.randint(0, N, (B,), generator=gen), torch.randint(0, len(NANS), (B,), generator=gen),
+                             rows_of("nan") & (count > j))
+        x[rows[mine], cols[mine]] = nans[names[mine]]
+    floors = torch.stack([special_tensor(name, dtype) for name in FLOORS])
+    floor = floors[torch.randint(0, len(FLOORS), (B,), generator=gen)]
+    floored = rows_of("floor")[:, None] & (rank_of >= torch.randint(0, k, (B,), generator=gen)[:, None])
+    specials = torch.stack([special_tensor(name, dtype) for name in SPECIALS])
+    start = torch.randint(0, N, (B,), generator=gen)
+    length = 1 + (torch.rand(B, generator=gen) * (N - start)).long()
+    lane = torch.arange(N)[None, :]
+    run = rows_of("run")[:, None] & (lane >= start[:, None]) & (lane < (start + length)[:, None])
+    run_value = specials[torch.randint(0, len(SPECIALS), (B,), generator=gen)]
+    x = torch.where(floored, floor[:, None], x)
+    x = torch.where(run, run_value[:, None], x)
+    return torch.where(rows_of("all_equal")[:, None], x[:, :1], x)
+
+
 def build_case(*, x, k, features=(), label="") -> Case:
     return Case(OP, {"x": x, "k": int(k)}, frozenset(features), label)
 
 
 def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520, max_k: int = 16,
-                    dtypes=FLOAT_DTYPES, structure_pool=()) -> st.SearchStrategy[Case]:
+                    dtypes=FLOAT_DTYPES, structure_pool=(), bulk_rows=()) -> st.SearchStrategy[Case]:
     """gate_topk cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean), N (hostile sizes: 1,
@@ -118,8 +175,10 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
     floor (every value from a drawn rank r < k down set to a sentinel-like value, FLOORS), a run
     of one special value, an all-equal row; behind a boolean, specials at up to three drawn
     places anywhere (SPECIALS: NaN of either sign or with a payload, +-inf, +-0.0, subnormals,
-    the dtype's extremes); then a layout (gaps hold NaN). Shrinks toward: min_rows (then one
-    row), N = 1, k = 1, bf16, the judge's randperm values, no hazard, no specials, contiguous.
+    the dtype's extremes); with `bulk_rows` (GPU sizes), 0 or that many more rows of the same
+    kind, each with its own hazard (bulk_rows); then a layout (gaps hold NaN). Shrinks toward:
+    min_rows (then one row), N = 1, k = 1, bf16, the judge's randperm values, no hazard, no
+    specials, no bulk, contiguous.
     """
     if not 0 <= min_rows <= max_rows:
         raise InvalidArgument(f"gate_topk_cases: need 0 <= min_rows <= max_rows, got min_rows={min_rows}, "
@@ -135,7 +194,10 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
         if not (min_rows <= M <= max_rows and 1 <= k <= min(N, max_k) and N <= max_cols and dtype in dtypes):
             raise InvalidArgument(f"gate_topk_cases: structure {entry!r} is outside min_rows={min_rows}, "
                                   f"max_rows={max_rows}, max_cols={max_cols}, max_k={max_k}, dtypes={dtypes}")
-    return _gate_topk_cases(min_rows, max_rows, max_cols, max_k, tuple(dtypes), tuple(structure_pool))
+    if any(n < 1 for n in bulk_rows):
+        raise InvalidArgument(f"gate_topk_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
+    return _gate_topk_cases(min_rows, max_rows, max_cols, max_k, tuple(dtypes), tuple(structure_pool),
+                            tuple(bulk_rows))
 
 
 @st.composite
@@ -156,12 +218,12 @@ def _structure(draw, min_rows, max_rows, max_cols, max_k, dtypes):
 
 
 @st.composite
-def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool):
+def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bulk_pool):
     free = _structure(min_rows, max_rows, max_cols, max_k, dtypes)
     M, N, k, dtype = draw(mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
     kind = draw(st.sampled_from(KIND_DRAWS), label="values")
-    x = make_values(kind, (M, N), k=k, seed=draw(seeds(), label="values_seed"),
-                    scale=draw(magnitudes(), label="scale"), dtype=dtype)
+    scale = draw(magnitudes(), label="scale")
+    x = make_values(kind, (M, N), k=k, seed=draw(seeds(), label="values_seed"), scale=scale, dtype=dtype)
 
     # One hazard a row, each drawn for its own row: the rows of this op are independent, so a
     # case of M rows tests M hazards for the price of one launch (the interpreter's cost is per
@@ -202,8 +264,15 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool):
                                        min_size=1, max_size=3), label="specials"):
             x.view(-1)[pos] = special_tensor(name, dtype)
 
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS), label="bulk rows") \
+        if bulk_pool else 0
+    if bulk:
+        x = torch.cat([x, bulk_rows(kind, bulk, N, k, seed=draw(seeds(), label="bulk_seed"), scale=scale, dtype=dtype)])
+
     layout = draw(layouts(), label="x_layout")
     features = {f"dtype={str(dtype).split('.')[-1]}", f"values={kind}"} | case_features(x, k)
+    if bulk:
+        features.add("bulk_rows")
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")
     return build_case(x=place(x, layout), k=k, features=features)
@@ -363,7 +432,7 @@ def _column_subsets(N):
 
 
 __all__ = ["gate_topk_cases", "judge_cases", "model_cases", "bench_cases", "smaller_cases", "special_tensor",
-           "next_in_dtype", "SIZES", "JUDGE_CASES", "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
+           "next_in_dtype", "bulk_rows", "SIZES", "BULK_ELEMENTS", "JUDGE_CASES", "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
 
 
 # M * N > 2^31: the last rows' addresses need 64-bit offsets (2.15e9 float32 elements: 8.6 GB);

@@ -12,8 +12,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, Layout, apply_overrides, background, eps_values, hostile_sizes,
-                               layouts, magnitudes, mostly_from, place, seeds, sometimes, sparse_overrides, special_values)
+from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, Layout, apply_overrides, background, bulk_row_counts,
+                               eps_values, hostile_sizes, layouts, magnitudes, mostly_from, place, seeds, sometimes,
+                               sparse_overrides, special_tensor, special_values)
 
 OP = "hc_head"
 
@@ -23,8 +24,18 @@ SIZES = {
     "cpu": dict(max_tokens=6, max_hc_mult=8, max_hidden=600),
     # On a GPU, hidden sizes mostly come from a pool compiled once (strategies.values.mostly_from):
     # the judge's and the model's, a prime, one past a block, a tail.
-    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, hidden_pool=(7168, 128, 4096, 2049, 512, 33)),
+    # Besides its drawn tokens a GPU case carries a bulk of tokens (0 or a count of bulk_tokens,
+    # up to BULK_ELEMENTS values), each with its own magnitude and hazard (bulk_tokens below).
+    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, hidden_pool=(7168, 128, 4096, 2049, 512, 33),
+                 bulk_tokens=(1024, 8192)),
 }
+BULK_ELEMENTS = 1 << 22
+
+# What each bulk token gets, "none" first: all zero (a zero mean square), one value throughout,
+# or specials (NaN, +-inf, +-0.0, subnormals, the dtype's extremes) at one to three places.
+TOKEN_HAZARDS = ("none", "zero", "constant", "specials")
+# Each bulk token's magnitude: ordinary half the time, else one of strategies.values.magnitudes'.
+TOKEN_SCALES = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1e-3, 1e3, 1e-1, 10.0, 1e-20, 1e18)
 
 # The judge's cases (the contract: oracles/ops/hc_head.py): (T, hc_mult, hidden); the last four
 # are also its bench.
@@ -45,10 +56,34 @@ def build_case(*, x, hc_fn_seed=0, hc_fn_scale=0.02, hc_scale=1.5, hc_base_seed=
     }, frozenset(features), label)
 
 
+def bulk_tokens(B: int, hc_mult: int, hidden: int, *, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    """B tokens [B, hc_mult, hidden], each with its own magnitude (TOKEN_SCALES) and one hazard
+    (TOKEN_HAZARDS), all from one seeded generator with tensor ops."""
+    gen = torch.Generator().manual_seed(seed)
+    scales = torch.tensor(TOKEN_SCALES, dtype=torch.float64)[torch.randint(0, len(TOKEN_SCALES), (B,), generator=gen)]
+    x = (torch.randn(B, hc_mult, hidden, generator=gen, dtype=torch.float64) * scales[:, None, None]).to(dtype)
+    if B == 0 or hc_mult * hidden == 0:
+        return x
+    hazard = torch.randint(0, len(TOKEN_HAZARDS), (B,), generator=gen)
+    flat = x.view(B, -1)
+    specials = torch.stack([special_tensor(name, dtype) for name in SPECIAL_NAMES])
+    count = torch.randint(1, 4, (B,), generator=gen)
+    tokens = torch.arange(B)
+    for j in range(3):
+        places, values = (torch.randint(0, flat.shape[1], (B,), generator=gen),
+                          specials[torch.randint(0, len(SPECIAL_NAMES), (B,), generator=gen)])
+        mine = (hazard == TOKEN_HAZARDS.index("specials")) & (count > j)
+        flat[tokens[mine], places[mine]] = values[mine]
+    flat[hazard == TOKEN_HAZARDS.index("constant")] = flat[hazard == TOKEN_HAZARDS.index("constant")][:, :1]
+    flat[hazard == TOKEN_HAZARDS.index("zero")] = 0
+    return x
+
+
 def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int = 8, max_hidden: int = 600,
-                  dtypes=FLOAT_DTYPES, hidden_pool: tuple = ()) -> st.SearchStrategy[Case]:
-    """hc_head cases. Shrinks toward: one token, hc_mult 1, a small hidden, bf16, contiguous,
-    ordinary eps (1e-6 / 1e-3), no specials, no zero tokens, unit-scale values."""
+                  dtypes=FLOAT_DTYPES, hidden_pool: tuple = (), bulk_tokens: tuple = ()) -> st.SearchStrategy[Case]:
+    """hc_head cases; with `bulk_tokens` (GPU sizes) 0 or that many more tokens after the drawn
+    ones (bulk_tokens). Shrinks toward: one token, hc_mult 1, a small hidden, bf16, contiguous,
+    ordinary eps (1e-6 / 1e-3), no specials, no zero tokens, unit-scale values, no bulk."""
     if not 0 <= min_tokens <= max_tokens:
         raise InvalidArgument(f"hc_head_cases: need 0 <= min_tokens <= max_tokens, got {min_tokens}, {max_tokens}")
     if max_hc_mult < 1:
@@ -62,11 +97,13 @@ def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int 
     hidden = hostile_sizes(max_value=max_hidden)
     if hidden_pool:
         hidden = mostly_from(hidden_pool, hidden, explore_one_in=4)
-    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, hidden, tuple(dtypes))
+    if any(n < 1 for n in bulk_tokens):
+        raise InvalidArgument(f"hc_head_cases: bulk_tokens={bulk_tokens!r}; need counts >= 1")
+    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, hidden, tuple(dtypes), tuple(bulk_tokens))
 
 
 @st.composite
-def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, dtypes):
+def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, dtypes, bulk_pool):
     T = draw(st.integers(min_tokens, max_tokens), label="T")
     h = draw(st.integers(1, max_hc_mult), label="hc_mult")
     H = draw(hidden, label="hidden")
@@ -84,6 +121,11 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, dtypes):
         overrides = draw(sparse_overrides(x.numel(), special_values(dtype)), label="x_specials")
         x = apply_overrides(x, overrides)
         features |= {_special_feature(v) for _, v in overrides}
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS), label="bulk tokens") \
+        if bulk_pool else 0
+    if bulk:
+        x = torch.cat([x, bulk_tokens(bulk, h, H, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
+        features.add("bulk_tokens")
     layout = draw(layouts(), label="x_layout")
     x = place(x, layout)
     if layout.kind != "contiguous":
@@ -92,7 +134,7 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, dtypes):
     hc_eps = draw(st.sampled_from((1e-3, 0.0, 1e-6, 1.0)), label="hc_eps")
     if norm_eps == 0.0:
         features.add("norm_eps=0")
-    if T == 0:
+    if x.shape[0] == 0:
         features.add("T=0")
     if H % 32:
         features.add("tail")
@@ -170,7 +212,8 @@ def _stream_subsets(h):
             yield [j for j in range(h) if j != s]
 
 
-__all__ = ["hc_head_cases", "judge_cases", "smaller_cases", "SIZES", "JUDGE_SHAPES", "Layout"]
+__all__ = ["hc_head_cases", "bulk_tokens", "judge_cases", "smaller_cases", "SIZES", "BULK_ELEMENTS", "TOKEN_HAZARDS",
+           "JUDGE_SHAPES", "Layout"]
 
 
 # The judge's bench grid (its last four cases) plus one larger size, not in the averages: how a

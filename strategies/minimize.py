@@ -31,14 +31,24 @@ def minimize(case: Case, still_fails: Callable[[Case], bool], *,
     return case
 
 
+# Past this many rows a case is cut by halves and quarters only: a GPU case carries thousands of
+# bulk rows, and a move a row would cost a kernel run each.
+SINGLE_ROW_MOVES_UP_TO = 64
+
+
 def row_subsets(n: int):
-    """Index sets that drop rows (tokens) of an n-row tensor: each half, then each single row.
-    Shared by the ops' smaller_cases moves."""
+    """Index sets that drop rows (tokens) of an n-row tensor: each half, then each quarter (n >= 8),
+    then each single row (n <= SINGLE_ROW_MOVES_UP_TO). Shared by the ops' smaller_cases moves."""
     if n > 1:
         yield slice(0, n // 2)
         yield slice(n // 2, n)
-        for t in range(n):
-            yield [i for i in range(n) if i != t]
+        if n >= 8:
+            q = n // 4
+            for start in range(0, n, q):
+                yield [i for i in range(n) if not start <= i < start + q]
+        if n <= SINGLE_ROW_MOVES_UP_TO:
+            for t in range(n):
+                yield [i for i in range(n) if i != t]
 
 
 def _structural(case, still_fails, smaller_cases, deadline):

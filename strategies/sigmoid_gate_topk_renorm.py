@@ -1,7 +1,8 @@
 """sigmoid_gate_topk_renorm cases: expert counts around block sizes, k from 1 to N, S = 0 and S > k,
 exact / bias-made / near ties inside the top k and across its boundary, all-equal rows, NaN, ±inf
 and huge logits, biases that push every score below zero, route and global scales, strided
-logits; the judge's nine cases; and the structural moves the minimizer uses."""
+logits; on a GPU, thousands of bulk rows with a hazard each; the judge's nine cases; and the
+structural moves the minimizer uses."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, apply_overrides, background, hostile_sizes, layouts, magnitudes,
-                               mostly_from, place, seeds, sparse_overrides, special_values)
+from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, apply_overrides, background, bulk_row_counts,
+                               hostile_sizes, layouts, magnitudes, mostly_from, place, seeds, sparse_overrides,
+                               special_tensor, special_values, steps_in_dtype)
 
 OP = "sigmoid_gate_topk_renorm"
 
@@ -24,9 +26,13 @@ OP = "sigmoid_gate_topk_renorm"
 SIZES = {
     "cpu": dict(max_tokens=6, max_experts=260, max_shared=4, max_k=16),
     # On a GPU, expert counts mostly come from a pool compiled once (strategies.values.mostly_from):
-    # the judge's, DeepSeek's, Kimi's, a prime, one past a block, a tail.
-    "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, experts_pool=(128, 256, 384, 64, 257, 33)),
+    # the judge's, DeepSeek's, Kimi's, a prime, one past a block, a tail. Besides its drawn tokens
+    # a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to BULK_ELEMENTS logits),
+    # each with its own hazard (bulk_rows below).
+    "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, experts_pool=(128, 256, 384, 64, 257, 33),
+                 bulk_rows=(2048, 16384)),
 }
+BULK_ELEMENTS = 1 << 22
 
 # The judge's cases (the contract: oracles/ops/sigmoid_gate_topk_renorm.py): (T, N, S, k,
 # route_scale, global_scale); the last five are its bench. The first case's scales are the official
@@ -54,6 +60,11 @@ GLOBAL_SCALES = (1.0, 0.8, 1.2, 0.5, 37.5, 1e-3)
 # Python float is not drawn: the reference itself raises on it.
 GLOBAL_SCALE_FORMS = ("0-dim", "[1]", "0-dim on host")
 
+# What each bulk row gets, one each (bulk_rows); "none" (the background row as drawn) first.
+ROW_HAZARDS = ("none", "all_equal", "ties", "near_tie", "special_routed", "specials")
+# The non-finite routed logits of special_routed?, NaN twice as often (as the drawn case has them).
+ROUTED_SPECIALS = (math.nan, math.inf, -math.inf, math.nan)
+
 
 def make_bias(kind: str, n: int, *, seed: int) -> torch.Tensor:
     noise = background((n,), seed=seed, scale=1.0, dtype=torch.float32)
@@ -76,6 +87,61 @@ def make_global_scale(form: str, value: float) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.float32)
 
 
+def bulk_rows(B: int, N: int, S: int, k: int, *, bias: torch.Tensor, seed: int, scale: float,
+              dtype: torch.dtype) -> torch.Tensor:
+    """B more logits rows [B, N + S] (background of `scale`), each with one hazard of ROW_HAZARDS
+    as the drawn tokens get them (_sigmoid_gate_topk_renorm_cases), all from one seeded generator
+    with tensor ops: all routed lanes equal; a tie, the logit of the lane at a rank r < k of the
+    row's float32 score copied onto up to three lanes (from below the top k at the boundary
+    r = k - 1); a near tie, such a logit one ulp of the dtype up or down; NaN or +-inf at a routed
+    lane; up to three SPECIAL_NAMES anywhere in the row. The bias is shared by every row, so a
+    copied logit is an exact score tie only where the two lanes' biases are equal (the zero and
+    constant bias kinds); elsewhere it is a near tie as close as the biases are."""
+    x = background((B, N + S), seed=seed, scale=scale, dtype=dtype)
+    if B == 0:
+        return x
+    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+    hazard = torch.randint(0, len(ROW_HAZARDS), (B,), generator=gen)
+    rows = torch.arange(B)
+
+    def rows_of(name):
+        return hazard == ROW_HAZARDS.index(name)
+
+    if N > 1:   # one routed lane has nothing to tie with
+        sel = torch.sigmoid(x[:, :N].float()) + bias
+        order = torch.sort(sel, dim=-1, descending=True, stable=True).indices       # [B, N]: the lane at each rank
+        at_boundary = (torch.rand(B, generator=gen) < 0.5) & (k < N)
+        anchor_rank = torch.where(at_boundary, k - 1, torch.randint(0, k, (B,), generator=gen))
+        anchor = x[rows, order[rows, anchor_rank]].clone()
+
+        def partner():
+            """A lane other than the anchor: from below the top k at the boundary, else any."""
+            below = torch.randint(min(k, N - 1), N, (B,), generator=gen)
+            other = torch.randint(0, N - 1, (B,), generator=gen)
+            other = other + (other >= anchor_rank).long()                              # skip the anchor's rank
+            return order[rows, torch.where(at_boundary, below, other)]
+
+        copies = torch.randint(1, 4, (B,), generator=gen)
+        for j in range(3):
+            lanes, mine = partner(), rows_of("ties") & (copies > j)
+            x[rows[mine], lanes[mine]] = anchor[mine]
+        lanes, mine = partner(), rows_of("near_tie")
+        up = torch.rand(B, generator=gen) < 0.5
+        x[rows[mine], lanes[mine]] = steps_in_dtype(anchor, up)[mine]
+
+    routed_specials = torch.tensor(ROUTED_SPECIALS, dtype=dtype)
+    lanes, mine = torch.randint(0, N, (B,), generator=gen), rows_of("special_routed")
+    x[rows[mine], lanes[mine]] = routed_specials[torch.randint(0, len(ROUTED_SPECIALS), (B,), generator=gen)][mine]
+    specials = torch.stack([special_tensor(name, dtype) for name in SPECIAL_NAMES])
+    count = torch.randint(1, 4, (B,), generator=gen)
+    for j in range(3):
+        cols, names = torch.randint(0, N + S, (B,), generator=gen), torch.randint(0, len(specials), (B,), generator=gen)
+        mine = rows_of("specials") & (count > j)
+        x[rows[mine], cols[mine]] = specials[names[mine]]
+    x[:, :N] = torch.where(rows_of("all_equal")[:, None], x[:, :1], x[:, :N])
+    return x
+
+
 def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_scale=None, features=(),
                label="", global_scale_on_host=False) -> Case:
     return Case(OP, {
@@ -90,17 +156,19 @@ def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_sca
 
 def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_experts: int = 260,
                                    max_shared: int = 4, max_k: int = 16,
-                                   dtypes=FLOAT_DTYPES, experts_pool: tuple = ()) -> st.SearchStrategy[Case]:
+                                   dtypes=FLOAT_DTYPES, experts_pool: tuple = (),
+                                   bulk_rows: tuple = ()) -> st.SearchStrategy[Case]:
     """sigmoid_gate_topk_renorm cases.
 
     Structure is drawn explicitly: T, N (hostile sizes: 1, primes, 31/32/33, 127/128/129,
     255/256/257, ...), S, k (or k = N), dtype; bulk values from seeds; every nasty feature behind
     a boolean: exact ties (one logit and its bias copied to other lanes, inside the top k or
     straddling its boundary), bias-made ties, near ties one float32 ulp apart in sel, all-equal
-    rows, NaN / ±inf / ±0 / subnormal / dtype-max overrides; then the bias kind, the scales and a
-    layout. Shrinks toward: min_tokens (then one token), N = 1, S = 0, k = 1, bf16, unit-scale
-    randn logits, the judge's bias (0.1 randn), no ties, no specials, contiguous, route_scale 1,
-    global_scale 1.0 as a 0-dim tensor.
+    rows, NaN / ±inf / ±0 / subnormal / dtype-max overrides; with `bulk_rows` (GPU sizes), 0 or
+    that many more tokens, each with its own hazard (bulk_rows); then the bias kind, the scales
+    and a layout. Shrinks toward: min_tokens (then one token), N = 1, S = 0, k = 1, bf16,
+    unit-scale randn logits, the judge's bias (0.1 randn), no ties, no specials, no bulk,
+    contiguous, route_scale 1, global_scale 1.0 as a 0-dim tensor.
     """
     if not 0 <= min_tokens <= max_tokens:
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: need 0 <= min_tokens <= max_tokens, got "
@@ -118,14 +186,17 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
     if any(not 1 <= n <= max_experts for n in experts_pool):
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: experts_pool={experts_pool!r}; need sizes in "
                               f"[1, max_experts={max_experts}]")
+    if any(n < 1 for n in bulk_rows):
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
     experts = hostile_sizes(max_value=max_experts)
     if experts_pool:
         experts = mostly_from(experts_pool, experts, explore_one_in=4)
-    return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, max_shared, max_k, tuple(dtypes))
+    return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, max_shared, max_k, tuple(dtypes),
+                                           tuple(bulk_rows))
 
 
 @st.composite
-def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_shared, max_k, dtypes):
+def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_shared, max_k, dtypes, bulk_pool):
     T = draw(st.integers(min_tokens, max_tokens), label="T")
     N = draw(experts, label="N")
     S = draw(st.integers(0, max_shared), label="S")
@@ -134,8 +205,9 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_s
     else:
         k = draw(st.integers(1, min(N, max_k)), label="k")
     dtype = draw(st.sampled_from(dtypes), label="dtype")
-    logits = background((T, N + S), seed=draw(seeds(), label="logits_seed"),
-                        scale=draw(magnitudes(), label="logits_scale"), dtype=dtype)
+    logits_seed = draw(seeds(), label="logits_seed")
+    scale = draw(magnitudes(), label="logits_scale")
+    logits = background((T, N + S), seed=logits_seed, scale=scale, dtype=dtype)
     bias_kind = draw(st.sampled_from([name for name, _ in BIAS_KINDS]), label="bias")
     bias = make_bias(bias_kind, N, seed=draw(seeds(), label="bias_seed"))
 
@@ -167,6 +239,12 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_s
         logits = apply_overrides(logits, draw(sparse_overrides(logits.numel(), special_values(dtype)),
                                               label="logits_specials"))
 
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N + S, max_elements=BULK_ELEMENTS), label="bulk rows") \
+        if bulk_pool else 0
+    if bulk:
+        logits = torch.cat([logits, bulk_rows(bulk, N, S, k, bias=bias, seed=draw(seeds(), label="bulk_seed"),
+                                              scale=scale, dtype=dtype)])
+
     layout = draw(layouts(), label="logits_layout")
     route_scale = draw(st.sampled_from(ROUTE_SCALES), label="route_scale")
     form = draw(st.sampled_from(GLOBAL_SCALE_FORMS), label="global_scale_form")
@@ -174,6 +252,8 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_s
 
     features = {f"dtype={str(dtype).split('.')[-1]}", f"bias={bias_kind}", f"global_scale={form}"}
     features |= case_features(logits, bias, k, S)
+    if bulk:
+        features.add("bulk_rows")
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")
     return build_case(logits=place(logits, layout), k=k, n_shared_experts=S, bias=bias, route_scale=route_scale,
@@ -251,22 +331,22 @@ def case_features(logits: torch.Tensor, bias: torch.Tensor, k: int, S: int) -> s
     if N > 1 and bool((routed == routed[:, :1]).all(-1).any()):
         features.add("all_equal")
     sel = torch.sigmoid(routed) + bias
-    top = torch.topk(sel, k, dim=-1)
     key = torch.where(sel.isnan(), torch.full_like(sel, math.inf), sel)        # NaN ties NaN
-    top_key = key.gather(1, top.indices)
-    in_top = torch.zeros_like(sel, dtype=torch.bool).scatter_(1, top.indices, True)
-    # tied[t, j, e]: lane e (not the j-th chosen lane itself) has the j-th chosen lane's score
-    tied = (top_key[:, :, None] == key[:, None, :]) & (top.indices[:, :, None] != torch.arange(N))
-    if bool(tied.any()):
+    # Sorted, equal scores are neighbours and the top k holds the first k ranks: a chosen lane ties
+    # another lane where two neighbours among the first k + 1 ranks are equal. By neighbours, not
+    # by comparing every chosen lane with every lane ([T, k, N]: a GPU case's bulk has 4M logits).
+    s, lane = torch.sort(key, dim=-1, descending=True)
+    same_next = s[:, 1:] == s[:, :-1]                                           # [T, N - 1]
+    if bool(same_next[:, :k].any()):
         features.add("ties")
-        logit_differs = routed.gather(1, top.indices)[:, :, None] != routed[:, None, :]
-        if bool((tied & logit_differs & ~top_key.isinf()[:, :, None]).any()):
+        # A tie group reaching into the top k whose lanes' logits differ: the bias made the tie.
+        logit = routed.gather(1, lane)
+        reaches_top = s[:, 1:] >= s[:, k - 1:k]
+        if bool((same_next & (logit[:, 1:] != logit[:, :-1]) & s[:, 1:].isfinite() & reaches_top).any()):
             features.add("bias_tie")
-    if k < N:
-        kth = top_key[:, k - 1:k]
-        if bool(((key == kth) & ~in_top).any()):
-            features.add("boundary_tie")
-    ranked = top_key if k == N else torch.topk(sel, k + 1, dim=-1).values
+    if k < N and bool((s[:, k] == s[:, k - 1]).any()):
+        features.add("boundary_tie")
+    ranked = s if k == N else torch.topk(sel, k + 1, dim=-1).values
     finite = ranked.isfinite()
     up = torch.nextafter(ranked[:, 1:], torch.full_like(ranked[:, 1:], math.inf))
     if bool(((up == ranked[:, :-1]) & finite[:, 1:] & finite[:, :-1]).any()):
@@ -337,8 +417,8 @@ def _lane_subsets(N):
                 yield [e for e in range(N) if e != drop]
 
 
-__all__ = ["sigmoid_gate_topk_renorm_cases", "judge_cases", "model_cases", "smaller_cases", "SIZES", "JUDGE_CASES",
-           "BIAS_KINDS"]
+__all__ = ["sigmoid_gate_topk_renorm_cases", "judge_cases", "model_cases", "smaller_cases", "bulk_rows", "SIZES",
+           "BULK_ELEMENTS", "JUDGE_CASES", "BIAS_KINDS", "ROW_HAZARDS"]
 
 
 # The judge's bench grid (its last five cases) plus one larger size, not in the averages.

@@ -73,6 +73,21 @@ def _mostly_from(draw, pool, fresh, explore_one_in):
     return draw(fresh) if draw(sometimes(explore_one_in), label="explore?") else draw(st.sampled_from(pool))
 
 
+def bulk_row_counts(pool: tuple, *, row_elements: int, max_elements: int) -> st.SearchStrategy[int]:
+    """How many bulk rows a GPU case carries besides its drawn ones: 0 (the shrink target) or a
+    count from `pool`, cut so the bulk holds at most `max_elements` values (`row_elements` a row).
+
+    Bulk rows are the row-batched part of a case: Hypothesis draws the structure, the value kind
+    and a seed, and an op's bulk builder gives every row its own hazard with tensor ops from that
+    seed. Hypothesis draws a hazard one row at a time (45% of gate_topk's GPU fuzz time on an
+    H200), and a launch costs the same for 30 rows as for 30,000."""
+    if not pool or any(n < 1 for n in pool) or row_elements < 0 or max_elements < 1:
+        raise InvalidArgument(f"bulk_row_counts: pool={pool!r}, row_elements={row_elements}, "
+                              f"max_elements={max_elements}; need counts >= 1 and max_elements >= 1")
+    cap = max_elements // max(row_elements, 1)
+    return st.sampled_from(tuple(dict.fromkeys(min(n, cap) for n in (0, *pool))))
+
+
 def sometimes(n: int) -> st.SearchStrategy[bool]:
     """True about once in n draws; shrinks to False (the nasty feature switched off)."""
     if n < 1:
@@ -211,3 +226,15 @@ def next_in_dtype(value: torch.Tensor, *, up: bool) -> torch.Tensor:
         return tiny if up else -tiny
     bits = int(v.view(ints)) + (1 if up == (float(v) > 0) else -1)
     return torch.tensor(bits, dtype=ints).view(v.dtype)
+
+
+def steps_in_dtype(values: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """next_in_dtype elementwise: each value one ulp of its dtype up (where `up`) or down, through
+    its bits; +-0.0 steps to the smallest subnormal of the step's sign; NaN and +-inf stay."""
+    ints = torch.int32 if values.dtype == torch.float32 else torch.int16
+    bits = values.view(ints).int()
+    away = up == (values > 0)                     # a larger magnitude: the next integer of the bits
+    stepped = (bits + torch.where(away, 1, -1)).to(ints).view(values.dtype)
+    tiny = torch.tensor(1, dtype=ints).view(values.dtype)
+    stepped = torch.where(values == 0, torch.where(up, tiny, -tiny), stepped)
+    return torch.where(values.isfinite(), stepped, values)

@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 import torch
 
-from oracles.verdict import (FAIL, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check, contract_check, fmt,
-                             judge_check, specials_check)
+from oracles.verdict import (FAIL, MAX_LISTED, PASS, RISK, TIE, Check, bounded_check, contract_check, fmt,
+                             judge_check, judge_on_rows, specials_check)
 from oracles.ops import OpSpec
 from strategies import gate_topk as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -251,11 +251,11 @@ def judge_verdict(outputs: dict, reference: dict, o: Order64, indices_valid: boo
     """
     out = {n: outputs[n].detach().cpu() for n in OUTPUT_NAMES}
     ref = {n: reference[n].detach().cpu() for n in OUTPUT_NAMES}
-    if bool(ref["values"].isnan().any()):
-        rows = ref["values"].isnan().any(-1).nonzero().flatten().tolist()
-        return Check("judge", SKIP, f"the reference itself returns NaN values (row(s) {rows[:MAX_LISTED]}), which "
-                                    f"assert_close with equal_nan off rejects for any kernel; the judge never "
-                                    f"draws such inputs")
+    left_out = ref["values"].isnan().any(-1)
+    if bool(left_out.any()):
+        return judge_on_rows(lambda out_, ref_: judge_verdict(out_, ref_, o, indices_valid), outputs, reference,
+                             left_out, "the reference itself returns NaN values, which assert_close with equal_nan "
+                                       "off rejects for any kernel; the judge never draws such inputs")
     k_idx, r_idx = out["indices"].long(), ref["indices"].long()
     differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool)
     if bool(differ.any()) and not indices_valid:

@@ -63,7 +63,7 @@ import torch.nn.functional as F
 
 from oracles.tolerances import (DIV_ULPS, EXP_ULPS, FLT32_MAX, FLT32_TINY, RSQRT_ULPS, U32, gamma,
                                 overflow_threshold, ulp)
-from oracles.verdict import (DEGENERATE, FTZ, PASS, SKIP, Check, bounded_check, contract_check, judge_check,
+from oracles.verdict import (DEGENERATE, FTZ, PASS, Check, bounded_check, contract_check, judge_check, judge_on_rows,
                              specials_check)
 from oracles.ops import OpSpec
 from strategies import hc_head as drawn
@@ -316,13 +316,13 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     checks.append(specials_check("y", y, y_ref, ambiguous_inf=near_overflow, explained=explained))
     checks.append(bounded_check("accuracy", "y", y, o.y, y_ref, allowed, explained=explained,
                                 bound_doc="1 ulp(out) + float32 rounding bound from the case's magnitudes"))
-    if not bool(y_ref.isfinite().all()):
-        checks.append(Check("judge", SKIP, "the reference itself is non-finite here; the judge never draws such inputs"))
-    else:
-        # The reference is itself a float32 evaluation within `allowed` of oracle64
-        # (tests/suite/test_oracles.py), so kernel and reference may sit 2 * allowed apart.
-        checks.append(judge_check({"y": y}, {"y": y_ref}, rounding_allowed={"y": 2 * allowed},
-                                  explained={k: {"y": m} for k, m in explained.items()}))
+    # The reference is itself a float32 evaluation within `allowed` of oracle64
+    # (tests/suite/test_oracles.py), so kernel and reference may sit 2 * allowed apart.
+    checks.append(judge_on_rows(
+        lambda out, ref: judge_check(out, ref, rounding_allowed={"y": 2 * allowed},
+                                     explained={k: {"y": m} for k, m in explained.items()}),
+        {"y": y}, {"y": y_ref}, ~y_ref.isfinite().all(-1) if T else torch.zeros(0, dtype=torch.bool),
+        "the reference itself is non-finite there; the judge never draws such inputs"))
     return checks
 
 

@@ -57,7 +57,7 @@ import torch
 
 from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
-                             contract_check, fmt, judge_check, specials_check)
+                             contract_check, fmt, judge_check, judge_on_rows, specials_check)
 from oracles.ops import OpSpec
 from strategies import sigmoid_gate_topk_renorm as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -425,9 +425,9 @@ def judge_verdict(outputs: dict, reference: dict, scores: Scores64, indices_vali
     ref = {n: reference[n].detach().cpu() for n in OUTPUT_NAMES}
     nonfinite = ~(ref["routed_w"].isfinite().all(-1) & ref["shared_w"].isfinite().all(-1))
     if bool(nonfinite.any()):
-        rows = nonfinite.nonzero().flatten().tolist()
-        return Check("judge", SKIP, f"the reference itself has NaN/inf weights (row(s) {rows[:MAX_LISTED]}); "
-                                    f"the judge never draws such inputs")
+        return judge_on_rows(lambda out_, ref_: judge_verdict(out_, ref_, scores, indices_valid, allowed, explained),
+                             outputs, reference, nonfinite,
+                             "the reference itself has NaN/inf weights; the judge never draws such inputs")
     k_idx, r_idx = out["indices"].long(), ref["indices"].long()
     k = k_idx.shape[-1]
     differ = (k_idx != r_idx).any(-1)

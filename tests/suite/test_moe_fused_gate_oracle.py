@@ -20,6 +20,7 @@ import mpmath
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from oracles.ops import moe_fused_gate as oracle
@@ -494,3 +495,62 @@ def test_bench_cases_are_the_official_grid():
     assert inputs["scores"].shape == (1, 256) and inputs["scores"].dtype == torch.bfloat16
     assert (inputs["topk"], inputs["num_fused_shared_experts"], inputs["num_expert_group"], inputs["topk_group"]) == \
         (8, 1, 8, 4)
+
+
+@settings(max_examples=60, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+          phases=[Phase.explicit, Phase.generate])
+@given(case=moe_fused_gate_cases(max_rows=12), seed=st.integers(0, 2**16))
+def test_rows_judged_together_get_the_verdict_each_row_gets_alone(case, seed):
+    """judge_choices judges the rows with one valid set of kept groups together
+    (settled_kept_sets) and the others one by one: every row's Choice must be the one the row
+    gets alone (kept_sets, judge_choice), for the oracle's own choice and for a random one."""
+    args = case.inputs
+    o = oracle._options(args)
+    sc = oracle.scores64(args["scores"], args["bias"], o["scoring_func"], o["c"])
+    g = oracle.groups64(sc, o["G"], o["topk_group"])
+    KR = o["topk"] - o["S"]
+    M, N = sc.sel.shape
+    if M == 0 or KR == 0:
+        return
+    gen = torch.Generator().manual_seed(seed)
+    for routed in (oracle.oracle_choice(sc, g, KR), torch.rand(M, N, generator=gen).argsort(-1)[:, :KR]):
+        together = oracle.judge_choices(routed, sc, g)
+        lo, hi = sc.rank_interval()
+        for m in range(M):
+            alone = oracle.judge_choice(routed[m], lo[m], hi[m], g, oracle.kept_sets(g, m))
+            got = together[m]
+            assert got.ok == alone.ok and torch.equal(got.valid_sets, alone.valid_sets) and \
+                torch.equal(got.all_sets, alone.all_sets), (m, got, alone)
+            assert torch.equal(got.skipped, alone.skipped) and torch.equal(got.inverted, alone.inverted) and \
+                torch.equal(got.closest, alone.closest), (m, got, alone)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rows_with_tied_groups_judged_together_match_each_row_alone(seed):
+    """The same as above on rows built to tie: groups copied onto others (exact group-score ties
+    at and around the topk_group boundary), so rows with several valid kept sets and rows settled
+    despite ties both occur."""
+    gen = torch.Generator().manual_seed(seed)
+    for G, per in ((2, 3), (4, 2), (8, 4), (6, 5)):
+        M, N = 24, G * per
+        scores = torch.randn(M, N, generator=gen)
+        for m in range(0, M, 2):  # every other row: group 0 copied onto 1-3 random other groups
+            for h in torch.randperm(G - 1, generator=gen)[:1 + m % 3].tolist():
+                scores[m, (h + 1) * per:(h + 2) * per] = scores[m, :per]
+        sc = oracle.scores64(scores, torch.zeros(N), "sigmoid", 0.0)
+        several = 0
+        for tg in range(1, G):
+            g = oracle.groups64(sc, G, tg)
+            KR = min(tg * per, 5)
+            lo, hi = sc.rank_interval()
+            several += int((~oracle.settled_kept_sets(g)[1]).sum())
+            for routed in (oracle.oracle_choice(sc, g, KR), torch.rand(M, N, generator=gen).argsort(-1)[:, :KR]):
+                together = oracle.judge_choices(routed, sc, g)
+                for m in range(M):
+                    alone = oracle.judge_choice(routed[m], lo[m], hi[m], g, oracle.kept_sets(g, m))
+                    got = together[m]
+                    assert got.ok == alone.ok and torch.equal(got.valid_sets, alone.valid_sets) and \
+                        torch.equal(got.all_sets, alone.all_sets) and torch.equal(got.closest, alone.closest) and \
+                        torch.equal(got.skipped, alone.skipped) and torch.equal(got.inverted, alone.inverted), \
+                        (G, tg, m, got, alone)
+        assert several, f"G={G}: no row with several valid kept sets"

@@ -241,3 +241,45 @@ def test_rows_of_an_input_beyond_int32_elements_lie_outside_the_judge_domain(op)
     assert not spec.judge_domain_violations(inside)
     rows = replace(inside, features=inside.features | {BEYOND_INT32})
     assert spec.judge_domain_violations(rows)[0].startswith("elements=beyond 2^31")
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge's check, row by row
+
+
+@pytest.mark.hc_head
+def test_the_judge_check_leaves_out_only_the_tokens_whose_reference_is_not_finite():
+    """A GPU case carries thousands of bulk tokens, a few with NaN: the judge's check used to be
+    skipped for the whole case whenever any reference token was non-finite, so a token the judge
+    rejects went unjudged in nearly every bulk case. Now the NaN tokens are left out (and named)
+    and the rest are judged, with their own indices."""
+    x = torch.randn(3, 2, 4).to(torch.bfloat16)
+    x[0, 0, 0] = math.nan
+    case = hc_case(x=x)
+    ref = hc_oracle.reference(**case.inputs)
+    right = hc_checks(case, ref)["judge"]
+    assert right.status == PASS and "1 row(s) left out ([0])" in right.message, right
+    wrong = ref.clone()
+    wrong[2, 1] += 4.0
+    judged = hc_checks(case, wrong)["judge"]
+    assert judged.status == FAIL and "(2, 1)" in judged.message and "left out ([0])" in judged.message, judged
+    every = hc_case(x=torch.full((2, 2, 4), math.nan, dtype=torch.bfloat16))
+    assert hc_checks(every, hc_oracle.reference(**every.inputs))["judge"].status == "skip"
+
+
+@pytest.mark.gate_topk
+def test_router_judge_checks_judge_the_rows_whose_reference_has_no_nan():
+    """gate_topk: a row of NaN values in the reference is left out; a wrong value in another row
+    still fails the judge's check (it was a SKIP for the whole case)."""
+    from oracles.ops import gate_topk as topk_oracle
+    from strategies.gate_topk import build_case as topk_case
+    x = torch.tensor([[math.nan, 1.0, 2.0, 3.0], [4.0, 1.0, 2.0, 3.0]])
+    case = topk_case(x=x, k=2)
+    ref = dict(zip(topk_oracle.OUTPUT_NAMES, topk_oracle.reference(x=x, k=2)))
+    right = {"values": ref["values"].clone(), "indices": ref["indices"].int()}
+    wrong = {"values": ref["values"].clone(), "indices": ref["indices"].int()}
+    wrong["values"][1, 1] = 2.5
+    checks = {c.name: c for c in topk_oracle.verdict_checks(case, wrong, ref)}
+    assert checks["judge"].status == FAIL and "1 row(s) left out ([0])" in checks["judge"].message, checks["judge"]
+    right = {c.name: c for c in topk_oracle.verdict_checks(case, right, ref)}
+    assert right["judge"].status == PASS, right["judge"]
