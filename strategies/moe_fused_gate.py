@@ -18,8 +18,8 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, Layout, background, hostile_sizes, layouts, magnitudes, mostly_from,
-                               next_in_dtype, place, seeds, sometimes, special_tensor)
+from strategies.values import (FLOAT_DTYPES, Layout, background, bulk_row_counts, hostile_sizes, layouts, magnitudes,
+                               mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor, steps_in_dtype)
 
 OP = "moe_fused_gate"
 
@@ -52,9 +52,12 @@ SIZES = {
     # compiles a kernel anew for every new combination of constexprs, dtypes and integer arguments
     # (each specialized on == 1 and % 16), so drawn freely nearly every case compiled (83% of the
     # moe fuzz time on an H200, 2026-12-02); the values, hazards and layouts are drawn anew.
+    # Besides its drawn rows a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to
+    # BULK_ELEMENTS scores), each with its own value kind and hazard (bulk_rows below).
     "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16,
-                 structure_pool=GPU_STRUCTURES),
+                 structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384)),
 }
+BULK_ELEMENTS = 1 << 22
 
 # The signature, in order: every case names every argument, as the judge passes them (by keyword).
 PARAMS = ("scores", "bias", "topk", "scoring_func", "num_fused_shared_experts", "renormalize",
@@ -117,6 +120,9 @@ ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "equal_max", "group_tie", "flo
 # there are groups (three times as often there).
 HAZARD_DRAWS = ROW_HAZARDS + ("nan", "equal_max", "floor", "ties", "equal_max", "group_tie")
 UNGROUPED_HAZARDS = tuple(h for h in HAZARD_DRAWS if h not in ("equal_max", "group_tie"))
+# The scales magnitudes() (strategies/values.py) draws a row's from: a bulk row draws its own
+# from the same ones.
+MAGNITUDES = (1.0, 1e-3, 1e3, 1e-1, 10.0, 1e-20, 1e18)
 # Scores a kernel may use as a sentinel, or that underflow an activation, for the floors.
 FLOORS = ("-inf", "-max", "-1e4", "0.0")
 SPECIALS = ("nan", "-nan", "inf", "-inf", "-0.0", "0.0", "subnormal", "max", "-max")
@@ -198,7 +204,7 @@ def make_bias(kind: str, N: int, *, groups: int, seed: int) -> torch.Tensor:
 
 def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: int = 320, max_routed: int = 12,
                          max_shared: int = 3, max_groups: int = 16, dtypes=FLOAT_DTYPES,
-                         structure_pool=()) -> st.SearchStrategy[Case]:
+                         structure_pool=(), bulk_rows=()) -> st.SearchStrategy[Case]:
     """moe_fused_gate cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean); ungrouped (N a hostile
@@ -209,10 +215,12 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
     routed slots KR (1 .. the kept experts; all of them and 0 each behind a boolean); the dtype;
     each row's value kind (SCORE_KINDS) and magnitude; the bias kind (BIAS_KINDS); one hazard a
     row (HAZARD_DRAWS, the group ones only with groups); behind booleans, specials anywhere in
-    the scores, specials in the bias, a bias-made tie in row 0, a bf16/fp16 bias; then the
-    layouts (gaps hold NaN). Shrinks toward: min_rows, ungrouped, N = 1, sigmoid, the judge's
-    options, S = 0, KR = 1, bf16, randn scores and bias, no hazard, contiguous. (Rows shrink less
-    well than the rest, since each draws its own kind and hazard; the minimizer drops them.)
+    the scores, specials in the bias, a bias-made tie in row 0, a bf16/fp16 bias; with
+    `bulk_rows` (GPU sizes), 0 or that many more rows, each with its own kind and hazard
+    (bulk_rows); then the layouts (gaps hold NaN). Shrinks toward: min_rows, ungrouped, N = 1,
+    sigmoid, the judge's options, S = 0, KR = 1, bf16, randn scores and bias, no hazard, no bulk,
+    contiguous. (Rows shrink less well than the rest, since each draws its own kind and hazard;
+    the minimizer drops them.)
     """
     if not 0 <= min_rows <= max_rows:
         raise InvalidArgument(f"moe_fused_gate_cases: need 0 <= min_rows <= max_rows, got min_rows={min_rows}, "
@@ -230,8 +238,10 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
         raise InvalidArgument(f"moe_fused_gate_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
     for entry in structure_pool:
         _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
+    if any(n < 1 for n in bulk_rows):
+        raise InvalidArgument(f"moe_fused_gate_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
     return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes),
-                                 tuple(structure_pool))
+                                 tuple(structure_pool), tuple(bulk_rows))
 
 
 def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
@@ -252,14 +262,15 @@ def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_sha
 
 
 @st.composite
-def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, pool):
+def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, pool,
+                          bulk_pool):
     free = _free_structure(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
     M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = draw(
         mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
     options = dict(topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S, renormalize=renormalize,
                    routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
                    moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
-    return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype))
+    return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype, bulk_pool))
 
 
 @st.composite
@@ -318,9 +329,9 @@ def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_share
 
 
 @st.composite
-def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype):
+def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool):
     """The values of a case whose structure is drawn: scores row by row, the bias, the hazards,
-    the specials and the layouts."""
+    the specials, the bulk rows and the layouts."""
     # each row its own value kind (and magnitude): a case of M rows tests M kinds for the price
     # of one launch, and the minimizer drops the rows that do not matter
     kinds_pool = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")
@@ -352,11 +363,20 @@ def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype):
     if draw(sometimes(8), label="bias dtype?"):
         bias = bias.to(draw(st.sampled_from((torch.bfloat16, torch.float16)), label="bias_dtype"))
 
+    # the bulk after the bias is final: its ties prefer lanes of equal bias, and it ranks by sel
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS), label="bulk rows") \
+        if bulk_pool else 0
+    if bulk:
+        scores = torch.cat([scores, bulk_rows(bulk, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring=scoring,
+                                              softcap=softcap, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
+
     layout = draw(layouts(), label="scores_layout")
     bias_layout = draw(st.sampled_from((Layout(), Layout("offset", 3), Layout("stepped", 2))), label="bias_layout") \
         if draw(sometimes(6), label="bias strided?") else Layout()
     features = {f"dtype={str(dtype).split('.')[-1]}", *(f"scores={k}" for k in kinds), f"bias={bias_kind}",
                 f"scoring={scoring if scoring in SCORING else 'odd'}"} | case_features(scores, bias, options)
+    if bulk:
+        features.add("bulk_rows")
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")
     if bias_layout.kind != "contiguous":
@@ -444,6 +464,171 @@ def _row_hazard(draw, scores, bias, m, *, G, per, tg, KR, dtype, scoring, softca
         row[start:start + length] = special_tensor(draw(st.sampled_from(SPECIALS), label="run_special"), dtype)
     elif hazard == "all_equal":
         row[:] = row[0].clone()
+
+
+def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias: torch.Tensor, scoring: str,
+              softcap: float, seed: int, dtype: torch.dtype) -> torch.Tensor:
+    """B more score rows [B, N] for a case's structure and bias, each of its own value kind
+    (SCORE_DRAWS) and magnitude and with one hazard (HAZARD_DRAWS, as _row_hazard gives a drawn
+    row), all from one seed with tensor ops. Ranks are the reference's selection order: float32
+    sel (the scoring function plus bias), NaN first, dropped groups' experts last. The hazards:
+    ties (the score at a rank r < KR copied onto up to three lanes below it; in half the rows r
+    is the boundary, KR - 1), a near tie (a lane below it one ulp of the dtype from it), NaN at
+    up to three lanes, equal_max (a group's best score copied onto another of its lanes; in half
+    the rows the row's best), group_tie (one group's lanes copied onto another's; in half the
+    rows the last kept group onto the first dropped one), a floor (every lane from a rank
+    r <= KR down), a run of one special, an all-equal row.
+
+    The bias is the drawn rows' and stays as it is, so a copied score ties in sel only where the
+    two lanes' (groups') biases are equal: the copies go there when the row has such lanes (a
+    zero, integer or group-periodic bias, lanes the drawn rows' ties equalized), else anywhere
+    (a tie of scores only). Left out: equal_max at the group boundary (it rewrites a dropped
+    group from a kept one's best and worst experts, copying their bias)."""
+    if B == 0:
+        return torch.empty(0, N, dtype=dtype)
+    G = groups
+    per = N // G if G > 1 else N
+    gen = torch.Generator().manual_seed(seed)
+    rows, lane = torch.arange(B), torch.arange(N)[None, :]
+
+    # each row's value kind and magnitude; make_scores once per kind (per magnitude for "scaled")
+    draws = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")
+    kinds = tuple(dict.fromkeys(draws))
+    kind_of = torch.tensor([kinds.index(k) for k in draws])[torch.randint(0, len(draws), (B,), generator=gen)]
+    scale_of = torch.randint(0, len(MAGNITUDES), (B,), generator=gen)
+    x = torch.empty(B, N, dtype=dtype)
+    for k, kind in enumerate(kinds):
+        for j, scale in enumerate(MAGNITUDES if kind == "scaled" else (1.0,)):
+            mine = (kind_of == k) & (scale_of == j) if kind == "scaled" else kind_of == k
+            if bool(mine.any()):
+                x[mine] = make_scores(kind, (int(mine.sum()), N), groups=G, seed=seed + 1 + 8 * k + j, scale=scale,
+                                      dtype=dtype)
+
+    draws = HAZARD_DRAWS if G > 1 else UNGROUPED_HAZARDS
+    hazard = torch.tensor([ROW_HAZARDS.index(h) for h in draws])[torch.randint(0, len(draws), (B,), generator=gen)]
+
+    def rows_of(name):
+        """The rows (indices) whose hazard is `name`: each hazard works on its own rows only."""
+        return rows[hazard == ROW_HAZARDS.index(name)]
+
+    # the selection order: torch.topk ranks NaN above everything; a dropped group's experts are -inf
+    b = bias.float()
+    sel_key = (activations32(x, scoring, softcap) + b[None, :]).nan_to_num(nan=math.inf)
+    kept_lane = torch.ones(B, N, dtype=torch.bool)
+    if G > 1:
+        group_score = torch.topk(sel_key.view(B, G, per), 2, dim=-1).values.sum(-1)
+        group_order = torch.sort(group_score.nan_to_num(nan=math.inf), dim=-1, descending=True, stable=True).indices
+        kept_lane = torch.zeros(B, G, dtype=torch.bool).scatter_(1, group_order[:, :topk_group], True)
+        kept_lane = kept_lane.repeat_interleave(per, dim=1)
+    key = sel_key.masked_fill(~kept_lane, -math.inf)
+
+    def ranked(r):
+        """Rows r's lane at each rank and rank of each lane, [len(r), N]."""
+        order = torch.sort(key[r], dim=-1, descending=True, stable=True).indices
+        return order, torch.empty_like(order).scatter_(1, order, torch.arange(N).expand_as(order).contiguous())
+
+    # ties and near ties: an anchor at a rank inside the routed slots and the kept experts (the
+    # boundary in half the rows); its score goes to kept lanes ranked below it, those of its own
+    # bias where the row has any (an exact tie of sel), else any (a tie of scores)
+    top = max(1, min(routed, topk_group * per if G > 1 else N))
+
+    def anchor_and_lanes(r):
+        order, rank_of = ranked(r)
+        n = len(r)
+        rank = torch.where(torch.rand(n, generator=gen) < 0.5, top - 1, torch.randint(0, top, (n,), generator=gen))
+        anchor = order[torch.arange(n), rank]
+        same_bias = b[None, :] == b[anchor][:, None]
+        other = kept_lane[r] & (lane != anchor[:, None])
+        below = kept_lane[r] & (rank_of > rank[:, None])
+        return anchor, _first_nonempty(below & same_bias, other & same_bias, below, other)
+
+    r = rows_of("ties")
+    anchor, lanes = anchor_and_lanes(r)
+    score = x[r, anchor]
+    copies = torch.randint(1, 4, (len(r),), generator=gen)
+    for j in range(3):
+        pick, ok = _pick_lane(lanes, gen)
+        mine = ok & (copies > j)
+        x[r[mine], pick[mine]] = score[mine]
+        lanes[torch.arange(len(r)), pick] = False     # distinct lanes
+    r = rows_of("near_tie")
+    anchor, lanes = anchor_and_lanes(r)
+    pick, ok = _pick_lane(lanes, gen)
+    up = torch.rand(len(r), generator=gen) < 0.5
+    x[r[ok], pick[ok]] = steps_in_dtype(x[r, anchor], up)[ok]
+
+    r = rows_of("nan")
+    nans = torch.stack([special_tensor(name, dtype) for name in ("nan", "-nan")])
+    count = torch.randint(1, 4, (len(r),), generator=gen)
+    for j in range(3):
+        col, name = torch.randint(0, N, (len(r),), generator=gen), torch.randint(0, 2, (len(r),), generator=gen)
+        mine = count > j
+        x[r[mine], col[mine]] = nans[name[mine]]
+
+    if G > 1:
+        # equal_max: a group's best expert (NaN first, the lower lane among ties) twice, in half
+        # the rows in the group of the row's best
+        r = rows_of("equal_max")
+        n = len(r)
+        g = torch.where(torch.rand(n, generator=gen) < 0.5, key[r].argmax(-1) // per,
+                        torch.randint(0, G, (n,), generator=gen))
+        best = g * per + sel_key[r].view(n, G, per)[torch.arange(n), g].argmax(-1)
+        second = (lane // per == g[:, None]) & (lane != best[:, None])
+        pick, ok = _pick_lane(_first_nonempty(second & (b[None, :] == b[best][:, None]), second), gen)
+        x[r[ok], pick[ok]] = x[r[ok], best[ok]]
+
+        # group_tie: group a's lanes copied onto group c (in half the rows the last kept group
+        # onto the first dropped one); where the bias has groups equal lane for lane, a pair of
+        # those instead, so the group scores tie exactly
+        r = rows_of("group_tie")
+        n = len(r)
+        a = torch.randint(0, G, (n,), generator=gen)
+        c = (a + torch.randint(1, G, (n,), generator=gen)) % G
+        if topk_group < G:
+            boundary = torch.rand(n, generator=gen) < 0.5
+            a = torch.where(boundary, group_order[r, topk_group - 1], a)
+            c = torch.where(boundary, group_order[r, topk_group], c)
+        group_bias = b.view(G, per)
+        equal_groups = (group_bias[:, None, :] == group_bias[None, :, :]).all(-1) & ~torch.eye(G, dtype=torch.bool)
+        pairs = equal_groups.nonzero()
+        if len(pairs):
+            pair = pairs[torch.randint(0, len(pairs), (n,), generator=gen)]
+            unequal = ~equal_groups[a, c]
+            a, c = torch.where(unequal, pair[:, 0], a), torch.where(unequal, pair[:, 1], c)
+        x3 = x.view(B, G, per)
+        x3[r, c] = x3[r, a]
+
+    r = rows_of("floor")
+    floors = torch.stack([_floor_value(name, dtype) for name in FLOORS])
+    floor = floors[torch.randint(0, len(FLOORS), (len(r),), generator=gen)]
+    floor_rank = torch.randint(0, max(min(routed, N - 1), 0) + 1, (len(r),), generator=gen)
+    x[r] = torch.where(ranked(r)[1] >= floor_rank[:, None], floor[:, None], x[r])
+
+    r = rows_of("run")
+    specials = torch.stack([special_tensor(name, dtype) for name in SPECIALS])
+    start = torch.randint(0, N, (len(r),), generator=gen)
+    end = start + 1 + (torch.rand(len(r), generator=gen) * (N - start)).long()
+    value = specials[torch.randint(0, len(SPECIALS), (len(r),), generator=gen)]
+    x[r] = torch.where((lane >= start[:, None]) & (lane < end[:, None]), value[:, None], x[r])
+
+    r = rows_of("all_equal")
+    x[r] = x[r, :1].expand(-1, N)
+    return x
+
+
+def _first_nonempty(*masks: torch.Tensor) -> torch.Tensor:
+    """Each row of the first of `masks` [B, N] that holds a lane in that row (the last if none)."""
+    out = masks[-1]
+    for mask in reversed(masks[:-1]):
+        out = torch.where(mask.any(-1, keepdim=True), mask, out)
+    return out
+
+
+def _pick_lane(mask: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A lane of each row of `mask` [B, N], uniformly among those it holds; and whether it holds any."""
+    keys = torch.rand(mask.shape, generator=gen).masked_fill_(~mask, -1.0)
+    best = keys.max(dim=-1)
+    return best.indices, best.values >= 0
 
 
 def case_features(scores: torch.Tensor, bias: torch.Tensor, options: dict) -> set[str]:
@@ -620,7 +805,8 @@ def _column_subsets(N):
 
 
 __all__ = ["moe_fused_gate_cases", "judge_cases", "model_cases", "bench_cases", "bench_inputs", "smaller_cases",
-           "build_case", "make_scores", "make_bias", "activations32", "case_features", "SIZES", "PARAMS",
+           "build_case", "make_scores", "make_bias", "activations32", "case_features", "bulk_rows", "SIZES",
+           "BULK_ELEMENTS", "PARAMS",
            "DEFAULTS", "JUDGE_CASES", "SCORE_KINDS", "BIAS_KINDS", "ROW_HAZARDS", "SPECIALS", "BIAS_SPECIALS",
            "FLOORS", "RSF", "GROUP_COUNTS", "GROUP_SIZES"]
 
