@@ -300,13 +300,47 @@ def scores64(scores, bias, scoring_func="sigmoid", moe_softcapping=0.0) -> Score
         row_max = torch.where(finite, sel, -math.inf).amax(-1, keepdim=True)
         z = torch.where(finite & row_max.isfinite(), row_max - sel, torch.zeros_like(sel))
         rel = 2 * z * U32 + EXP_ULPS * U32                # z's rounding and exp's error, relative
-        share = torch.where(act.isfinite(), act, torch.zeros_like(act))
-        shared = (share * (tol + rel)).sum(-1, keepdim=True)
+        # Every exponent may move by tol + rel: act lies in the softmax's interval over those
+        # moves (first order: act_e (t_e + sum_j act_j t_j), the bound above). Linearized, it was
+        # unsound where t is not small: bf16 scores near 1e30 with a bias below half a float32
+        # ulp there are equal in float32 and far apart in float64, so the reference's 1/18 over
+        # 18 merged lanes is right and oracle64's one-hot is what float64 gives (an H200 bulk row).
+        act_lo, act_hi = softmax_interval(sel, tol + rel)
+        spread = torch.maximum(act_hi - act, act - act_lo)
+        spread = torch.where(spread.isfinite(), spread, torch.zeros_like(spread))
+        share = torch.where(act_hi.isfinite(), act_hi, torch.zeros_like(act_hi))
         N = sel.shape[-1]
-        act_err = share * (tol + rel + shared + gamma(max(N - 1, 0)) + DIV_ULPS * U32) \
-            + FLT32_TINY * (2 + N * share)
+        act_err = spread + share * (gamma(max(N - 1, 0)) + DIV_ULPS * U32) + FLT32_TINY * (2 + N * share)
     tol = torch.where(sel.isfinite(), tol, torch.zeros_like(tol))
     return Scores64(act, act_err, sel, tol)
+
+
+def softmax_interval(sel: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every softmax(sel') over rows [M, N] with |sel' - sel| <= t elementwise lies in (lo, hi):
+    act_e rises with sel_e and falls with every other sel_j, so act_e = sigmoid(sel_e - L_e) with
+    L_e = logsumexp over j != e of sel_j is bounded by moving sel_e up and the others down, and the
+    reverse. NaN where the row holds NaN or +inf (softmax itself is NaN there)."""
+    hi = torch.sigmoid((sel + t) - _logsumexp_of_others(sel - t))
+    lo = torch.sigmoid((sel - t) - _logsumexp_of_others(sel + t))
+    bad = (sel.isnan() | (sel == math.inf)).any(-1, keepdim=True)
+    nan = torch.full_like(sel, math.nan)
+    return torch.where(bad, nan, lo), torch.where(bad, nan, hi)
+
+
+def _logsumexp_of_others(v: torch.Tensor) -> torch.Tensor:
+    """[M, N]: for each e, logsumexp of row v without lane e (-inf when N = 1). With the row max
+    m: log(sum_j exp(v_j - m) - exp(v_e - m)) + m, where the sum keeps the max's own term of 1
+    for every lane but the max's; the max's lane takes the logsumexp of the row without it."""
+    M, N = v.shape
+    if N == 1:
+        return torch.full_like(v, -math.inf)
+    top = v.argmax(-1, keepdim=True)
+    m = v.gather(1, top)
+    finite_m = torch.where(m.isfinite(), m, torch.zeros_like(m))
+    terms = torch.exp(v - finite_m)
+    others = torch.log((terms.sum(-1, keepdim=True) - terms).clamp_min(0)) + finite_m
+    without_top = torch.logsumexp(v.scatter(1, top, -math.inf), -1, keepdim=True)
+    return others.scatter(1, top, without_top)
 
 
 # ---------------------------------------------------------------------------------------------

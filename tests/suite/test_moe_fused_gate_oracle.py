@@ -559,3 +559,35 @@ def test_rows_with_tied_groups_judged_together_match_each_row_alone(seed):
                         torch.equal(got.skipped, alone.skipped) and torch.equal(got.inverted, alone.inverted), \
                         (G, tg, m, got, alone)
         assert several, f"G={G}: no row with several valid kept sets"
+
+
+def test_softmax_lanes_that_float32_merges_are_not_a_failure():
+    """A bulk row on the H200: bf16 scores near 1e30 on 18 lanes with biases below half a float32
+    ulp there. float32 sel (the reference's, any float32 kernel's) makes the 18 lanes equal and
+    softmax gives 1/18 each; float64 keeps them apart and gives one lane 1. The linearized bound
+    (first order in the sel error, ~3e22 here) failed the reference's own 1/18. The softmax
+    interval accepts any split among lanes float32 may merge, and still fails a weight no softmax
+    gives there (above 1), and an ordinary row's weight 0.1% off."""
+    N = 32
+    scores = torch.zeros(2, N)
+    scores[0, :18] = 1e30
+    scores[1] = torch.randn(N, generator=torch.Generator().manual_seed(1))
+    bias = (torch.randn(N, generator=torch.Generator().manual_seed(0)) * 1e22).clamp(-3e22, 3e22)
+    bias[18:] = 0.0
+    case = build_case(scores=scores.to(torch.bfloat16), bias=bias, topk=4, scoring_func="softmax",
+                      num_fused_shared_experts=0, renormalize=False, routed_scaling_factor=1.0,
+                      apply_routed_scaling_factor_on_output=False, moe_softcapping=0.0, num_expert_group=1,
+                      topk_group=1)
+    ref = dict(zip(oracle.OUTPUT_NAMES, oracle.reference(**case.inputs)))
+    assert torch.allclose(ref["weights"][0], torch.full((4,), 1 / 18)), ref["weights"]
+
+    def accuracy(weights):
+        outputs = {"weights": weights, "indices": ref["indices"].int()}
+        return {c.name: c for c in oracle.verdict_checks(case, outputs, ref)}["accuracy"]
+    assert accuracy(ref["weights"].clone()).status == "pass", accuracy(ref["weights"].clone())
+    above_one = ref["weights"].clone()
+    above_one[0, 0] = 1.5
+    assert accuracy(above_one).status == "fail", accuracy(above_one)
+    ordinary_off = ref["weights"].clone()
+    ordinary_off[1, 0] *= 1.001
+    assert accuracy(ordinary_off).status == "fail", accuracy(ordinary_off)
