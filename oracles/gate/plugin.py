@@ -103,6 +103,7 @@ def pytest_configure(config):
                                        "of every op under test (cases: 'judge' or 'model', once per such case)")
     config.addinivalue_line("markers", "tally(role): the gate tally this test's verdicts go to: judge or fixture")
     pin_xdist_worker_to_gpu()
+    share_cores_among_xdist_workers()
     if not gpu_available():  # before any kernel module is imported (oracles/harness/memory.py: why not on a GPU)
         apply_process_limit(limit_bytes(config.getoption("memory_limit")))
     # The run's temporary folder, made by the controller before xdist starts workers: they inherit
@@ -181,6 +182,16 @@ def pin_xdist_worker_to_gpu():
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if gpu_available() and worker.startswith("gw"):
         torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
+
+
+def share_cores_among_xdist_workers():
+    """Under xdist each worker's torch takes its share of the cores for its own threads (unless
+    OMP_NUM_THREADS says otherwise): by default every worker starts a thread per core, and on a
+    16-core GPU host with 16 workers busy compiling, a CPU-only oracle test that takes about 1 s
+    alone took 93-100 s (H200, 2026-12-02)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers > 1 and os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def pytest_report_header(config):
