@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -462,7 +463,32 @@ def judge_choice(chosen_row: torch.Tensor, lo_row, hi_row, g: Groups64, sets: to
     return Choice(sets[count == 0], sets, skipped[best], inverted[best], sets[best])
 
 
-def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> list[Choice]:
+class RowChoices(Sequence):
+    """Every row's Choice, `ok` for all rows at once ([M] bool) and each Choice built when asked
+    for: the verdict reads the Choices of its few failing or differing rows, and building 16,384
+    of them took 2 of a bulk case's 7 s on the CPU."""
+
+    def __init__(self, M: int):
+        self.ok = torch.zeros(M, dtype=torch.bool)
+        self._built: dict[int, Choice] = {}
+        self._batched: dict[int, tuple] = {}   # row -> (masks [C, G], valid [C], count [C], skipped, inverted)
+
+    def __len__(self) -> int:
+        return self.ok.shape[0]
+
+    def __getitem__(self, m: int) -> Choice:
+        if m not in self._built:
+            masks, valid, count, skipped, inverted = self._batched.pop(m)
+            sets, counts = masks[valid], count[valid]
+            best = int(counts.argmin())
+            self._built[m] = Choice(sets[counts == 0], sets, skipped[valid][best], inverted[valid][best], sets[best])
+        return self._built[m]
+
+    def add(self, m: int, choice: Choice) -> None:
+        self._built[m], self.ok[m] = choice, choice.ok
+
+
+def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices:
     """judge_choice for every row (routed [M, KR] int64, all in [0, N), no repeats), the rows
     batched by how many kept-group sets they have to try: a per-row loop took 9 s of a 4,096-row
     judge case on the CPU and past 300 s on an H200 (each row's small ops are kernel launches
@@ -470,7 +496,8 @@ def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> list[Choic
     would reject goes through it alone, and raises as it does."""
     lo, hi = sc.rank_interval()
     M = routed.shape[0]
-    choices: list[Choice | None] = [None] * M
+    choices = RowChoices(M)
+    alone = torch.ones(M, dtype=torch.bool)
     for rows, masks in _kept_set_candidates(g):
         R, C, G = masks.shape
         above = g.lo[rows][:, :, None] > g.hi[rows][:, None, :] if G > 1 else torch.zeros(R, 1, 1, dtype=torch.bool)
@@ -478,23 +505,19 @@ def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> list[Choic
         step = max(1, (1 << 22) // max(C * sc.sel.shape[1], 1))   # rows a batch: memory stays bounded
         for first in range(0, R, step):
             part = slice(first, first + step)
-            r = rows[part]
-            n = r.numel()
+            r, n = rows[part], rows[part].numel()
             members = masks[part].repeat_interleave(g.per_group, dim=2).flatten(0, 1)             # [n C, N]
             skipped, inverted = _violations(routed[r].repeat_interleave(C, 0), lo[r].repeat_interleave(C, 0),
                                             hi[r].repeat_interleave(C, 0), members)
             skipped, inverted = skipped.view(n, C, -1), inverted.view(n, C, *inverted.shape[1:])
             count = (skipped >= 0).sum(-1) + inverted.flatten(2).sum(-1)                           # [n, C]
-            for i, m in enumerate(r.tolist()):
-                keep = valid[first + i]
-                if not bool(keep.any()):
-                    choices[m] = judge_choice(routed[m], lo[m], hi[m], g, kept_sets(g, m))
-                    continue
-                sets, counts = masks[first + i][keep], count[i][keep]
-                best = int(counts.argmin())
-                choices[m] = Choice(sets[counts == 0], sets, skipped[i][keep][best], inverted[i][keep][best], sets[best])
-    for m in (torch.tensor([c is None for c in choices], dtype=torch.bool)).nonzero().flatten().tolist():
-        choices[m] = judge_choice(routed[m], lo[m], hi[m], g, kept_sets(g, m))
+            has_set = valid[part].any(-1)
+            choices.ok[r] = ((count == 0) & valid[part]).any(-1)
+            alone[r] = ~has_set
+            for i in has_set.nonzero().flatten().tolist():
+                choices._batched[int(r[i])] = (masks[first + i], valid[first + i], count[i], skipped[i], inverted[i])
+    for m in alone.nonzero().flatten().tolist():
+        choices.add(m, judge_choice(routed[m], lo[m], hi[m], g, kept_sets(g, m)))
     return choices
 
 
@@ -734,7 +757,7 @@ def _group_scores(g: Groups64, m: int) -> str:
 
 
 def indices_check(indices: torch.Tensor, reference_indices: torch.Tensor, sc: Scores64, g: Groups64,
-                  KR: int) -> tuple[Check, list[Choice] | None]:
+                  KR: int) -> tuple[Check, RowChoices | None]:
     """Routed slots: KR distinct experts in [0, N), a valid top-KR of the masked sel under some
     valid set of kept groups, in descending order, all within float32 rounding; NaN above every
     number, NaNs and exact or within-rounding ties in any order. Shared slots: exactly N + j.
@@ -767,7 +790,7 @@ def indices_check(indices: torch.Tensor, reference_indices: torch.Tensor, sc: Sc
         problems.append(f"repeated expert in {len(dup_rows)} row(s): {shown}{_more(len(dup_rows))}")
         return Check("indices", FAIL, " | ".join(problems)), None
     choices = judge_choices(routed, sc, g)
-    bad = [m for m, c in enumerate(choices) if not c.ok]
+    bad = (~choices.ok).nonzero().flatten().tolist()
     if bad:
         lines = []
         for m in bad[:MAX_LISTED]:
@@ -830,7 +853,7 @@ def tie_description(kernel_row, reference_row, sc: Scores64, g: Groups64, m: int
 JUDGE_TOLERANCE_DTYPE = torch.float32
 
 
-def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR: int, choices: list[Choice] | None,
+def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR: int, choices: RowChoices | None,
                   indices_valid: bool, allowed: torch.Tensor | None = None,
                   explained: dict[str, torch.Tensor] | None = None) -> Check:
     """The judge: weights by assert_close (float32 tolerance, equal_nan off), indices torch.equal.
