@@ -24,12 +24,15 @@ def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
     spec = get_op(op_name)
     big = next(v for k, v in inputs.items() if k in spec.row_inputs)
     shape = "x".join(map(str, big.shape))
+    # Copied before the call: after a device fault every later read of the GPU raises (the
+    # context is lost), and copying the rows then made the kernel's fault a suite error (an H200
+    # gate of a public hc_head, 2026-12-02).
+    case = rows_case(op_name, inputs, rows, frozenset({BEYOND_INT32}))
     try:
         raw = fn(**inputs)
         if big.device.type == "cuda":
             torch.cuda.synchronize()
     except Exception as e:  # judged against the big case's shape: that is what the kernel refused
-        case = rows_case(op_name, inputs, rows, frozenset({BEYOND_INT32}))
         if device_fault(e):
             return case, device_fault_verdict(f"[{shape}] input: {raised_message(e)}")
         verdict = Verdict()

@@ -534,6 +534,26 @@ def test_the_verdict_on_sampled_rows_judges_those_rows_of_the_whole_run(run_opti
     from oracles.ops.gate_topk import judge_domain_violations
     assert judge_domain_violations(case)[0].startswith("elements=beyond 2^31")  # every op tags such rows
 
+    class LostContext(torch.Tensor):
+        """After a real fault every later read of the device raises: so does this input's."""
+        lost = False
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if cls.lost:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    def faults_for_good(x, k):
+        LostContext.lost = True
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    try:
+        lost_case, lost = sampled_row_case("gate_topk", faults_for_good, {"x": x.as_subclass(LostContext), "k": 3},
+                                           [0, 5])
+    finally:
+        LostContext.lost = False
+    assert [c.name for c in lost.failures()] == ["device-fault"] and lost_case.inputs["x"].shape == (2, 16)
+
 
 @pytest.mark.gate_topk
 def test_an_error_of_the_sampled_rows_verdict_is_the_suites_not_the_kernels(fuzz, run_options, monkeypatch):
