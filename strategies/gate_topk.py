@@ -15,8 +15,7 @@ from hypothesis.errors import InvalidArgument
 from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, background, bulk_row_counts, hostile_sizes, layouts,
-                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor,
-                               steps_in_dtype)
+                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor, tie_rows)
 
 OP = "gate_topk"
 
@@ -121,24 +120,11 @@ def bulk_rows(kind: str, B: int, N: int, k: int, *, seed: int, scale: float, dty
     rows = torch.arange(B)
     order = torch.sort(x.double(), dim=-1, descending=True, stable=True).indices     # [B, N]: the lane at each rank
     rank_of = torch.empty_like(order).scatter_(1, order, torch.arange(N).expand(B, N).contiguous())
-    at_boundary = (torch.rand(B, generator=gen) < 0.5) & (k < N)
-    anchor_rank = torch.where(at_boundary, k - 1, torch.randint(0, k, (B,), generator=gen))
-    anchor = x[rows, order[rows, anchor_rank]].clone()
-
-    def partner():
-        below = order[rows, torch.randint(min(k, N - 1), N, (B,), generator=gen)]
-        return torch.where(at_boundary, below, torch.randint(0, N, (B,), generator=gen))
 
     def rows_of(name):
         return hazard == ROW_HAZARDS.index(name)
 
-    copies = torch.randint(1, 4, (B,), generator=gen)
-    for j in range(3):
-        lanes, mine = partner(), rows_of("ties") & (copies > j)
-        x[rows[mine], lanes[mine]] = anchor[mine]
-    lanes, mine = partner(), rows_of("near_tie")
-    up = torch.rand(B, generator=gen) < 0.5
-    x[rows[mine], lanes[mine]] = steps_in_dtype(anchor, up)[mine]
+    tie_rows(x, order, k, ties=rows_of("ties"), near_ties=rows_of("near_tie"), gen=gen)
     nans = torch.stack([special_tensor(name, dtype) for name in NANS])
     count = torch.randint(1, 4, (B,), generator=gen)
     for j in range(3):

@@ -16,7 +16,7 @@ from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, apply_overrides, background, bulk_row_counts,
                                hostile_sizes, layouts, magnitudes, mostly_from, place, seeds, sparse_overrides,
-                               special_tensor, special_values, steps_in_dtype)
+                               special_tensor, special_values, tie_rows)
 
 OP = "sigmoid_gate_topk_renorm"
 
@@ -110,24 +110,7 @@ def bulk_rows(B: int, N: int, S: int, k: int, *, bias: torch.Tensor, seed: int, 
     if N > 1:   # one routed lane has nothing to tie with
         sel = torch.sigmoid(x[:, :N].float()) + bias
         order = torch.sort(sel, dim=-1, descending=True, stable=True).indices       # [B, N]: the lane at each rank
-        at_boundary = (torch.rand(B, generator=gen) < 0.5) & (k < N)
-        anchor_rank = torch.where(at_boundary, k - 1, torch.randint(0, k, (B,), generator=gen))
-        anchor = x[rows, order[rows, anchor_rank]].clone()
-
-        def partner():
-            """A lane other than the anchor: from below the top k at the boundary, else any."""
-            below = torch.randint(min(k, N - 1), N, (B,), generator=gen)
-            other = torch.randint(0, N - 1, (B,), generator=gen)
-            other = other + (other >= anchor_rank).long()                              # skip the anchor's rank
-            return order[rows, torch.where(at_boundary, below, other)]
-
-        copies = torch.randint(1, 4, (B,), generator=gen)
-        for j in range(3):
-            lanes, mine = partner(), rows_of("ties") & (copies > j)
-            x[rows[mine], lanes[mine]] = anchor[mine]
-        lanes, mine = partner(), rows_of("near_tie")
-        up = torch.rand(B, generator=gen) < 0.5
-        x[rows[mine], lanes[mine]] = steps_in_dtype(anchor, up)[mine]
+        tie_rows(x[:, :N], order, k, ties=rows_of("ties"), near_ties=rows_of("near_tie"), gen=gen)
 
     routed_specials = torch.tensor(ROUTED_SPECIALS, dtype=dtype)
     lanes, mine = torch.randint(0, N, (B,), generator=gen), rows_of("special_routed")

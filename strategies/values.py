@@ -238,3 +238,32 @@ def steps_in_dtype(values: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     tiny = torch.tensor(1, dtype=ints).view(values.dtype)
     stepped = torch.where(values == 0, torch.where(up, tiny, -tiny), stepped)
     return torch.where(values.isfinite(), stepped, values)
+
+
+def tie_rows(x: torch.Tensor, order: torch.Tensor, k: int, *, ties: torch.Tensor, near_ties: torch.Tensor,
+             gen: torch.Generator) -> None:
+    """Ties and near ties in rows of x [B, N], in place, with tensor ops (the bulk rows' builders).
+    order [B, N] is each row's lanes by rank, as the op ranks them. An anchor lane sits at a rank
+    below k, or in half the rows at k - 1 with its partners from below the top k (a tie across the
+    boundary). Rows of `ties` get the anchor's value copied onto one to three other lanes; rows of
+    `near_ties` get one other lane one ulp of x's dtype above or below it (steps_in_dtype)."""
+    B, N = x.shape
+    if B == 0 or N < 2:
+        return
+    rows = torch.arange(B)
+    at_boundary = (torch.rand(B, generator=gen) < 0.5) & (k < N)
+    anchor_rank = torch.where(at_boundary, k - 1, torch.randint(0, k, (B,), generator=gen))
+    anchor = x[rows, order[rows, anchor_rank]].clone()
+
+    def partner():
+        below = torch.randint(min(k, N - 1), N, (B,), generator=gen)
+        other = torch.randint(0, N - 1, (B,), generator=gen)
+        other = other + (other >= anchor_rank).long()                  # any rank but the anchor's
+        return order[rows, torch.where(at_boundary, below, other)]
+
+    copies = torch.randint(1, 4, (B,), generator=gen)
+    for j in range(3):
+        lanes, mine = partner(), ties & (copies > j)
+        x[rows[mine], lanes[mine]] = anchor[mine]
+    lanes, up = partner(), torch.rand(B, generator=gen) < 0.5
+    x[rows[near_ties], lanes[near_ties]] = steps_in_dtype(anchor, up)[near_ties]
