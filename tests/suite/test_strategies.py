@@ -208,10 +208,11 @@ def test_gpu_sizes_mostly_reuse_a_compiled_pool_and_still_explore():
     from strategies.hc_head import SIZES as HC_SIZES
     from strategies.sigmoid_gate_topk_renorm import SIZES as SG_SIZES
     for strategy, pool, size_of in (
-            (hc_head_cases(**{**HC_SIZES["cuda"], "max_tokens": 1}), HC_SIZES["cuda"]["hidden_pool"],
+            # the sizes' draw only: no bulk rows (thousands of rows a case, the same sizes)
+            (hc_head_cases(**{**HC_SIZES["cuda"], "max_tokens": 1, "bulk_tokens": ()}), HC_SIZES["cuda"]["hidden_pool"],
              lambda c: c.inputs["x"].shape[2]),
-            (sigmoid_gate_topk_renorm_cases(**{**SG_SIZES["cuda"], "max_tokens": 1}), SG_SIZES["cuda"]["experts_pool"],
-             lambda c: c.inputs["bias"].shape[0])):
+            (sigmoid_gate_topk_renorm_cases(**{**SG_SIZES["cuda"], "max_tokens": 1, "bulk_rows": ()}),
+             SG_SIZES["cuda"]["experts_pool"], lambda c: c.inputs["bias"].shape[0])):
         sizes = []
 
         @settings(max_examples=120, database=None, deadline=None, suppress_health_check=list(HealthCheck),
