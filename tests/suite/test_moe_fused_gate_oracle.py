@@ -525,7 +525,7 @@ def test_rows_judged_together_get_the_verdict_each_row_gets_alone(case, seed):
                 torch.equal(got.closest, alone.closest), (m, got, alone)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(3))
 def test_rows_with_tied_groups_judged_together_match_each_row_alone(seed):
     """The same as above on rows built to tie: groups copied onto others (exact group-score ties
     at and around the topk_group boundary) and chains of group scores a fraction of a float32 ulp
