@@ -15,7 +15,8 @@ from hypothesis.errors import InvalidArgument
 from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, background, bulk_row_counts, hostile_sizes, layouts,
-                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor, tie_rows)
+                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor,
+                               specials_in_rows, tie_rows)
 
 OP = "gate_topk"
 
@@ -117,7 +118,6 @@ def bulk_rows(kind: str, B: int, N: int, k: int, *, seed: int, scale: float, dty
         return x
     gen = torch.Generator().manual_seed(seed ^ 0x5EED)
     hazard = torch.randint(0, len(ROW_HAZARDS), (B,), generator=gen)
-    rows = torch.arange(B)
     order = torch.sort(x.double(), dim=-1, descending=True, stable=True).indices     # [B, N]: the lane at each rank
     rank_of = torch.empty_like(order).scatter_(1, order, torch.arange(N).expand(B, N).contiguous())
 
@@ -125,12 +125,7 @@ def bulk_rows(kind: str, B: int, N: int, k: int, *, seed: int, scale: float, dty
         return hazard == ROW_HAZARDS.index(name)
 
     tie_rows(x, order, k, ties=rows_of("ties"), near_ties=rows_of("near_tie"), gen=gen)
-    nans = torch.stack([special_tensor(name, dtype) for name in NANS])
-    count = torch.randint(1, 4, (B,), generator=gen)
-    for j in range(3):
-        cols, names, mine = (torch.randint(0, N, (B,), generator=gen), torch.randint(0, len(NANS), (B,), generator=gen),
-                             rows_of("nan") & (count > j))
-        x[rows[mine], cols[mine]] = nans[names[mine]]
+    specials_in_rows(x, rows_of("nan"), NANS, gen)
     floors = torch.stack([special_tensor(name, dtype) for name in FLOORS])
     floor = floors[torch.randint(0, len(FLOORS), (B,), generator=gen)]
     floored = rows_of("floor")[:, None] & (rank_of >= torch.randint(0, k, (B,), generator=gen)[:, None])

@@ -12,9 +12,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, Layout, apply_overrides, background, bulk_row_counts,
-                               eps_values, hostile_sizes, layouts, magnitudes, mostly_from, place, seeds, sometimes,
-                               sparse_overrides, special_tensor, special_values)
+from strategies.values import (FLOAT_DTYPES, MAGNITUDES, SPECIAL_NAMES, Layout, apply_overrides, background,
+                               bulk_row_counts, eps_values, hostile_sizes, layouts, magnitudes, mostly_from, place, seeds,
+                               sometimes, sparse_overrides, special_values, specials_in_rows)
 
 OP = "hc_head"
 
@@ -34,8 +34,8 @@ BULK_ELEMENTS = 1 << 22
 # What each bulk token gets, "none" first: all zero (a zero mean square), one value throughout,
 # or specials (NaN, +-inf, +-0.0, subnormals, the dtype's extremes) at one to three places.
 TOKEN_HAZARDS = ("none", "zero", "constant", "specials")
-# Each bulk token's magnitude: ordinary half the time, else one of strategies.values.magnitudes'.
-TOKEN_SCALES = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1e-3, 1e3, 1e-1, 10.0, 1e-20, 1e18)
+# Each bulk token's magnitude: ordinary about half the time, else one of MAGNITUDES.
+TOKEN_SCALES = (1.0,) * 5 + MAGNITUDES
 
 # The judge's cases (the contract: oracles/ops/hc_head.py): (T, hc_mult, hidden); the last four
 # are also its bench.
@@ -66,14 +66,7 @@ def bulk_tokens(B: int, hc_mult: int, hidden: int, *, seed: int, dtype: torch.dt
         return x
     hazard = torch.randint(0, len(TOKEN_HAZARDS), (B,), generator=gen)
     flat = x.view(B, -1)
-    specials = torch.stack([special_tensor(name, dtype) for name in SPECIAL_NAMES])
-    count = torch.randint(1, 4, (B,), generator=gen)
-    tokens = torch.arange(B)
-    for j in range(3):
-        places, values = (torch.randint(0, flat.shape[1], (B,), generator=gen),
-                          specials[torch.randint(0, len(SPECIAL_NAMES), (B,), generator=gen)])
-        mine = (hazard == TOKEN_HAZARDS.index("specials")) & (count > j)
-        flat[tokens[mine], places[mine]] = values[mine]
+    specials_in_rows(flat, hazard == TOKEN_HAZARDS.index("specials"), SPECIAL_NAMES, gen)
     flat[hazard == TOKEN_HAZARDS.index("constant")] = flat[hazard == TOKEN_HAZARDS.index("constant")][:, :1]
     flat[hazard == TOKEN_HAZARDS.index("zero")] = 0
     return x

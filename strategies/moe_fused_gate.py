@@ -18,8 +18,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, Layout, background, bulk_row_counts, hostile_sizes, layouts, magnitudes,
-                               mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor, steps_in_dtype)
+from strategies.values import (MAGNITUDES, FLOAT_DTYPES, Layout, background, bulk_row_counts, hostile_sizes, layouts,
+                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor,
+                               specials_in_rows, steps_in_dtype)
 
 OP = "moe_fused_gate"
 
@@ -120,9 +121,6 @@ ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "equal_max", "group_tie", "flo
 # there are groups (three times as often there).
 HAZARD_DRAWS = ROW_HAZARDS + ("nan", "equal_max", "floor", "ties", "equal_max", "group_tie")
 UNGROUPED_HAZARDS = tuple(h for h in HAZARD_DRAWS if h not in ("equal_max", "group_tie"))
-# The scales magnitudes() (strategies/values.py) draws a row's from: a bulk row draws its own
-# from the same ones.
-MAGNITUDES = (1.0, 1e-3, 1e3, 1e-1, 10.0, 1e-20, 1e18)
 # Scores a kernel may use as a sentinel, or that underflow an activation, for the floors.
 FLOORS = ("-inf", "-max", "-1e4", "0.0")
 SPECIALS = ("nan", "-nan", "inf", "-inf", "-0.0", "0.0", "subnormal", "max", "-max")
@@ -134,7 +132,6 @@ SOFTCAPS = (0.0, 30.0, 1.0, 5.0)
 # Group counts and group sizes: DeepSeek's 8 first, then powers of two and not.
 GROUP_COUNTS = (8, 2, 3, 4, 16, 5, 7)
 GROUP_SIZES = (2, 3, 5, 8, 12, 16, 17, 20, 31, 32, 33)
-
 
 
 def _floor_value(name: str, dtype: torch.dtype) -> torch.Tensor:
@@ -557,13 +554,7 @@ def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias
     up = torch.rand(len(r), generator=gen) < 0.5
     x[r[ok], pick[ok]] = steps_in_dtype(x[r, anchor], up)[ok]
 
-    r = rows_of("nan")
-    nans = torch.stack([special_tensor(name, dtype) for name in ("nan", "-nan")])
-    count = torch.randint(1, 4, (len(r),), generator=gen)
-    for j in range(3):
-        col, name = torch.randint(0, N, (len(r),), generator=gen), torch.randint(0, 2, (len(r),), generator=gen)
-        mine = count > j
-        x[r[mine], col[mine]] = nans[name[mine]]
+    specials_in_rows(x, hazard == ROW_HAZARDS.index("nan"), ("nan", "-nan"), gen)
 
     if G > 1:
         # equal_max: a group's best expert (NaN first, the lower lane among ties) twice, in half

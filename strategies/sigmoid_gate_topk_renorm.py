@@ -16,7 +16,7 @@ from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, apply_overrides, background, bulk_row_counts,
                                hostile_sizes, layouts, magnitudes, mostly_from, place, seeds, sparse_overrides,
-                               special_tensor, special_values, tie_rows)
+                               special_values, specials_in_rows, tie_rows)
 
 OP = "sigmoid_gate_topk_renorm"
 
@@ -115,12 +115,7 @@ def bulk_rows(B: int, N: int, S: int, k: int, *, bias: torch.Tensor, seed: int, 
     routed_specials = torch.tensor(ROUTED_SPECIALS, dtype=dtype)
     lanes, mine = torch.randint(0, N, (B,), generator=gen), rows_of("special_routed")
     x[rows[mine], lanes[mine]] = routed_specials[torch.randint(0, len(ROUTED_SPECIALS), (B,), generator=gen)][mine]
-    specials = torch.stack([special_tensor(name, dtype) for name in SPECIAL_NAMES])
-    count = torch.randint(1, 4, (B,), generator=gen)
-    for j in range(3):
-        cols, names = torch.randint(0, N + S, (B,), generator=gen), torch.randint(0, len(specials), (B,), generator=gen)
-        mine = rows_of("specials") & (count > j)
-        x[rows[mine], cols[mine]] = specials[names[mine]]
+    specials_in_rows(x, rows_of("specials"), SPECIAL_NAMES, gen)
     x[:, :N] = torch.where(rows_of("all_equal")[:, None], x[:, :1], x[:, :N])
     return x
 

@@ -99,9 +99,14 @@ def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**32 - 1)
 
 
+# Scales of the bulk values: ordinary first (the shrink target), then small and large. The bulk
+# rows' builders draw each row's from the same ones.
+MAGNITUDES = (1.0, 1e-3, 1e3, 1e-1, 10.0, 1e-20, 1e18)
+
+
 def magnitudes() -> st.SearchStrategy[float]:
-    """Scale of the bulk values: ordinary first (shrink target), then small and large."""
-    return st.sampled_from((1.0, 1e-3, 1e3, 1e-1, 10.0, 1e-20, 1e18))
+    """Scale of the bulk values (MAGNITUDES)."""
+    return st.sampled_from(MAGNITUDES)
 
 
 def eps_values() -> st.SearchStrategy[float]:
@@ -217,15 +222,22 @@ def next_in_dtype(value: torch.Tensor, *, up: bool) -> torch.Tensor:
     (torch.nextafter has no bf16/fp16 kernel on the CPU): a larger magnitude is the next larger
     integer of the bits for either sign. From +-0.0 up is the smallest positive subnormal, down
     its negative. NaN and the infinities stay as they are."""
-    v = value.reshape(()).clone()
-    if not bool(v.isfinite()):
-        return v
-    ints = torch.int32 if v.dtype == torch.float32 else torch.int16
-    if float(v) == 0.0:
-        tiny = torch.tensor(1, dtype=ints).view(v.dtype)
-        return tiny if up else -tiny
-    bits = int(v.view(ints)) + (1 if up == (float(v) > 0) else -1)
-    return torch.tensor(bits, dtype=ints).view(v.dtype)
+    return steps_in_dtype(value.reshape(1), torch.tensor([up]))[0]
+
+
+def specials_in_rows(x: torch.Tensor, rows: torch.Tensor, names: tuple, gen: torch.Generator) -> None:
+    """In place: each row of x [B, N] marked in `rows` (bool [B]) gets one to three of the special
+    values `names` (special_tensor, in x's dtype) at drawn columns, with tensor ops (the bulk rows'
+    builders)."""
+    B, N = x.shape
+    if B == 0 or N == 0:
+        return
+    table = torch.stack([special_tensor(name, x.dtype) for name in names])
+    index, count = torch.arange(B), torch.randint(1, 4, (B,), generator=gen)
+    for j in range(3):
+        cols, picks = torch.randint(0, N, (B,), generator=gen), torch.randint(0, len(names), (B,), generator=gen)
+        mine = rows & (count > j)
+        x[index[mine], cols[mine]] = table[picks[mine]]
 
 
 def steps_in_dtype(values: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -321,7 +321,7 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     checks.append(judge_on_rows(
         lambda out, ref: judge_check(out, ref, rounding_allowed={"y": 2 * allowed},
                                      explained={k: {"y": m} for k, m in explained.items()}),
-        {"y": y}, {"y": y_ref}, ~y_ref.isfinite().all(-1) if T else torch.zeros(0, dtype=torch.bool),
+        {"y": y}, {"y": y_ref}, ~y_ref.isfinite().all(-1),
         "the reference itself is non-finite there; the judge never draws such inputs"))
     return checks
 

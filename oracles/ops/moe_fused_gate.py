@@ -478,6 +478,8 @@ class RowChoices(Sequence):
 
     def __getitem__(self, m: int) -> Choice:
         if m not in self._built:
+            if m not in self._batched:
+                raise IndexError(f"row {m} of {len(self)}")
             masks, valid, count, skipped, inverted = self._batched.pop(m)
             sets, counts = masks[valid], count[valid]
             best = int(counts.argmin())
@@ -486,6 +488,11 @@ class RowChoices(Sequence):
 
     def add(self, m: int, choice: Choice) -> None:
         self._built[m], self.ok[m] = choice, choice.ok
+
+    def add_batched(self, m: int, ok: bool, masks, valid, count, skipped, inverted) -> None:
+        """Row m judged in a batch: its candidate sets [C, G], which are valid [C], their violation
+        counts [C] and witnesses; its Choice is built from them when read."""
+        self._batched[m], self.ok[m] = (masks, valid, count, skipped, inverted), ok
 
 
 def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices:
@@ -498,9 +505,8 @@ def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices
     M = routed.shape[0]
     choices = RowChoices(M)
     alone = torch.ones(M, dtype=torch.bool)
-    for rows, masks in _kept_set_candidates(g):
+    for rows, masks, above in _kept_set_candidates(g):
         R, C, G = masks.shape
-        above = g.lo[rows][:, :, None] > g.hi[rows][:, None, :] if G > 1 else torch.zeros(R, 1, 1, dtype=torch.bool)
         valid = ~(~masks[:, :, :, None] & masks[:, :, None, :] & above[:, None]).flatten(2).any(-1)    # [R, C]
         step = max(1, (1 << 22) // max(C * sc.sel.shape[1], 1))   # rows a batch: memory stays bounded
         for first in range(0, R, step):
@@ -512,22 +518,24 @@ def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices
             skipped, inverted = skipped.view(n, C, -1), inverted.view(n, C, *inverted.shape[1:])
             count = (skipped >= 0).sum(-1) + inverted.flatten(2).sum(-1)                           # [n, C]
             has_set = valid[part].any(-1)
-            choices.ok[r] = ((count == 0) & valid[part]).any(-1)
+            ok = ((count == 0) & valid[part]).any(-1).tolist()
             alone[r] = ~has_set
             for i in has_set.nonzero().flatten().tolist():
-                choices._batched[int(r[i])] = (masks[first + i], valid[first + i], count[i], skipped[i], inverted[i])
+                choices.add_batched(int(r[i]), ok[i], masks[first + i], valid[first + i], count[i], skipped[i],
+                                    inverted[i])
     for m in alone.nonzero().flatten().tolist():
         choices.add(m, judge_choice(routed[m], lo[m], hi[m], g, kept_sets(g, m)))
     return choices
 
 
 def _kept_set_candidates(g: Groups64):
-    """(rows [R], masks [R, C, G] bool): every row whose kept-group sets kept_sets can enumerate,
-    grouped by (open groups, groups still needed), with the candidate sets in kept_sets' order
-    (forced-in groups plus each combination of the open ones) before the validity filter."""
+    """(rows [R], masks [R, C, G] bool, above [R, G, G]): every row whose kept-group sets kept_sets
+    can enumerate, grouped by (open groups, groups still needed), with the candidate sets in
+    kept_sets' order (forced-in groups plus each combination of the open ones) before the validity
+    filter, and which group is definitely above which in those rows."""
     M, G, tg = g.score.shape[0], g.G, g.topk_group
     if G == 1:
-        yield torch.arange(M), torch.ones(M, 1, 1, dtype=torch.bool)
+        yield torch.arange(M), torch.ones(M, 1, 1, dtype=torch.bool), torch.zeros(M, 1, 1, dtype=torch.bool)
         return
     above = g.lo[:, :, None] > g.hi[:, None, :]         # [M, h, q]: group h definitely above group q
     forced_out = above.sum(1) >= tg
@@ -543,7 +551,7 @@ def _kept_set_candidates(g: Groups64):
         open_groups = open_[rows].nonzero()[:, 1].view(rows.numel(), no)                    # ascending, per row
         masks = forced_in[rows][:, None, :].repeat(1, combos.shape[0], 1)
         masks.scatter_(2, open_groups[:, combos], True)
-        yield rows, masks
+        yield rows, masks, above[rows]
 
 
 def oracle_choice(sc: Scores64, g: Groups64, KR: int) -> torch.Tensor:

@@ -12,7 +12,6 @@ from hypothesis.errors import InvalidArgument
 
 import strategies.moe_fused_gate as mfg
 from strategies.moe_fused_gate import BULK_ELEMENTS, SIZES, bulk_rows, make_bias, moe_fused_gate_cases
-from strategies.values import magnitudes
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
@@ -155,18 +154,12 @@ def _pair(G, a, b):
 def test_gpu_sizes_draw_a_capped_bulk_that_shrinks_to_none():
     """The GPU strategy draws cases with the bulk_rows feature and more rows than max_rows, never
     more than max_rows + BULK_ELEMENTS // N of them; the CPU sizes carry no bulk; a count < 1 is
-    refused by name; a bulk row's magnitude is one a drawn row's can be; the simplest case (the
-    shrink target) has no bulk."""
+    refused by name; the simplest case (the shrink target) has no bulk."""
     sizes = SIZES["cuda"]
     assert "bulk_rows" not in SIZES["cpu"]
     with pytest.raises(InvalidArgument, match="bulk_rows"):
         moe_fused_gate_cases(bulk_rows=(0,))
 
-    @settings(max_examples=30, database=None, deadline=None)
-    @given(scale=magnitudes())
-    def same_magnitudes(scale):
-        assert scale in mfg.MAGNITUDES
-    same_magnitudes()
     seen = []
 
     @settings(max_examples=6, database=None, deadline=None, suppress_health_check=list(HealthCheck),
