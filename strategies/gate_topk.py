@@ -14,9 +14,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, background, bulk_row_counts, hostile_sizes, layouts,
-                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor,
-                               specials_in_rows, tie_rows)
+from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, SPECIAL_NAMES, Layout, background, bulk_row_counts,
+                               hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, next_in_dtype, place,
+                               seeds, sometimes, special_tensor, specials_in_rows, tie_rows)
 
 OP = "gate_topk"
 
@@ -46,6 +46,7 @@ SIZES = {
     "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384)),
 }
 BULK_ELEMENTS = 1 << 22
+JUDGE_MAX_COLS, JUDGE_MAX_K = 1024, 32  # the judge domain's bounds (oracles/ops/gate_topk.py)
 
 # The judge's cases (tests/test_gate_topk.py of flagos-ai/FlagGems-sglang): (M, N, k, seed); every
 # one is a correctness case, the last ten are also its bench grid.
@@ -198,9 +199,23 @@ def _structure(draw, min_rows, max_rows, max_cols, max_k, dtypes):
     return M, N, k, draw(st.sampled_from(dtypes), label="dtype")
 
 
+def _judge_structures(pool: tuple, max_k: int) -> tuple:
+    """The pool's shapes as the judge sends them: float32, at least one row, N and k in its domain."""
+    return tuple(dict.fromkeys((M, N, k, torch.float32) for M, N, k, _ in pool
+                               if M >= 1 and N <= JUDGE_MAX_COLS and k <= min(max_k, JUDGE_MAX_K)))
+
+
 @st.composite
 def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bulk_pool):
-    free = _structure(min_rows, max_rows, max_cols, max_k, dtypes)
+    # Half the cases in the judge's own form (strategies.values.judge_forms): float32, contiguous,
+    # at least one row, N up to 1024, k up to 32; their values stay as nasty.
+    judge_form = max_rows >= 1 and torch.float32 in dtypes and draw(judge_forms(), label="judge form?")
+    if judge_form:
+        free = _structure(max(min_rows, 1), max_rows, min(max_cols, JUDGE_MAX_COLS), min(max_k, JUDGE_MAX_K),
+                          (torch.float32,))
+        pool = _judge_structures(pool, max_k)
+    else:
+        free = _structure(min_rows, max_rows, max_cols, max_k, dtypes)
     M, N, k, dtype = draw(mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
     kind = draw(st.sampled_from(KIND_DRAWS), label="values")
     scale = draw(magnitudes(), label="scale")
@@ -245,13 +260,16 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
                                        min_size=1, max_size=3), label="specials"):
             x.view(-1)[pos] = special_tensor(name, dtype)
 
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS), label="bulk rows") \
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS, drawn_rows=M),
+                label="bulk rows") \
         if bulk_pool else 0
     if bulk:
         x = torch.cat([x, bulk_rows(kind, bulk, N, k, seed=draw(seeds(), label="bulk_seed"), scale=scale, dtype=dtype)])
 
-    layout = draw(layouts(), label="x_layout")
+    layout = Layout() if judge_form else draw(layouts(), label="x_layout")
     features = {f"dtype={str(dtype).split('.')[-1]}", f"values={kind}"} | case_features(x, k)
+    if judge_form:
+        features.add(JUDGE_FORM)
     if bulk:
         features.add("bulk_rows")
     if layout.kind != "contiguous":

@@ -12,9 +12,10 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, MAGNITUDES, SPECIAL_NAMES, Layout, apply_overrides, background,
-                               bulk_row_counts, eps_values, hostile_sizes, layouts, magnitudes, mostly_from, place, seeds,
-                               sometimes, sparse_overrides, special_values, specials_in_rows)
+from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, MAGNITUDES, SPECIAL_NAMES, Layout, apply_overrides, background,
+                               bulk_row_counts, eps_values, hostile_sizes, judge_forms, layouts, magnitudes,
+                               mostly_from, place, seeds, sometimes, sparse_overrides, special_values,
+                               specials_in_rows)
 
 OP = "hc_head"
 
@@ -30,6 +31,7 @@ SIZES = {
                  bulk_tokens=(1024, 8192)),
 }
 BULK_ELEMENTS = 1 << 22
+JUDGE_MAX_HIDDEN = 16384  # the judge domain's largest hidden (oracles/ops/hc_head.py)
 
 # What each bulk token gets, "none" first: all zero (a zero mean square), one value throughout,
 # or specials (NaN, +-inf, +-0.0, subnormals, the dtype's extremes) at one to three places.
@@ -92,16 +94,38 @@ def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int 
         hidden = mostly_from(hidden_pool, hidden, explore_one_in=4)
     if any(n < 1 for n in bulk_tokens):
         raise InvalidArgument(f"hc_head_cases: bulk_tokens={bulk_tokens!r}; need counts >= 1")
-    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, hidden, tuple(dtypes), tuple(bulk_tokens))
+    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, hidden, _judge_hidden(max_hidden, hidden_pool),
+                          tuple(dtypes), tuple(bulk_tokens))
+
+
+def _judge_hidden(max_hidden: int, hidden_pool: tuple) -> st.SearchStrategy[int] | None:
+    """Hidden sizes inside the judge domain (multiples of 128 up to 16384), from the pool's
+    in-domain sizes when it has some; None when max_hidden allows none."""
+    top = min(max_hidden, JUDGE_MAX_HIDDEN) // 128
+    if top < 1:
+        return None
+    fresh = st.integers(1, top).map(lambda n: 128 * n)
+    pool = tuple(H for H in hidden_pool if H % 128 == 0 and H <= 128 * top)
+    return mostly_from(pool, fresh, explore_one_in=4) if pool else fresh
 
 
 @st.composite
-def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, dtypes, bulk_pool):
-    T = draw(st.integers(min_tokens, max_tokens), label="T")
-    h = draw(st.integers(1, max_hc_mult), label="hc_mult")
-    H = draw(hidden, label="hidden")
-    dtype = draw(st.sampled_from(dtypes), label="dtype")
-    features = {f"dtype={str(dtype).split('.')[-1]}"}
+def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, judge_hidden, dtypes, bulk_pool):
+    # Half the cases in the judge's own form (strategies.values.judge_forms): bf16, contiguous,
+    # hc_mult 2 or 4, hidden a multiple of 128, at least one token; their values stay as nasty.
+    judge_form = (judge_hidden is not None and max_tokens >= 1 and max_hc_mult >= 2 and torch.bfloat16 in dtypes
+                  and draw(judge_forms(), label="judge form?"))
+    if judge_form:
+        T = draw(st.integers(max(min_tokens, 1), max_tokens), label="T")
+        h = draw(st.sampled_from([m for m in (2, 4) if m <= max_hc_mult]), label="hc_mult")
+        H = draw(judge_hidden, label="hidden")
+        dtype = torch.bfloat16
+    else:
+        T = draw(st.integers(min_tokens, max_tokens), label="T")
+        h = draw(st.integers(1, max_hc_mult), label="hc_mult")
+        H = draw(hidden, label="hidden")
+        dtype = draw(st.sampled_from(dtypes), label="dtype")
+    features = {f"dtype={str(dtype).split('.')[-1]}"} | ({JUDGE_FORM} if judge_form else set())
     x = background((T, h, H), seed=draw(seeds(), label="x_seed"), scale=draw(magnitudes(), label="x_scale"),
                    dtype=dtype)
     # Nasty features are drawn rarely (one case in three or four) behind switches the shrinker
@@ -114,12 +138,13 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, dtypes, bu
         overrides = draw(sparse_overrides(x.numel(), special_values(dtype)), label="x_specials")
         x = apply_overrides(x, overrides)
         features |= {_special_feature(v) for _, v in overrides}
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS), label="bulk tokens") \
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS, drawn_rows=T),
+                label="bulk tokens") \
         if bulk_pool else 0
     if bulk:
         x = torch.cat([x, bulk_tokens(bulk, h, H, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
         features.add("bulk_tokens")
-    layout = draw(layouts(), label="x_layout")
+    layout = Layout() if judge_form else draw(layouts(), label="x_layout")
     x = place(x, layout)
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")

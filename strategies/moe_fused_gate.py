@@ -18,9 +18,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (MAGNITUDES, FLOAT_DTYPES, Layout, background, bulk_row_counts, hostile_sizes, layouts,
-                               magnitudes, mostly_from, next_in_dtype, place, seeds, sometimes, special_tensor,
-                               specials_in_rows, steps_in_dtype)
+from strategies.values import (JUDGE_FORM, MAGNITUDES, FLOAT_DTYPES, Layout, background, bulk_row_counts,
+                               hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, next_in_dtype, place,
+                               seeds, sometimes, special_tensor, specials_in_rows, steps_in_dtype)
 
 OP = "moe_fused_gate"
 
@@ -132,6 +132,33 @@ SOFTCAPS = (0.0, 30.0, 1.0, 5.0)
 # Group counts and group sizes: DeepSeek's 8 first, then powers of two and not.
 GROUP_COUNTS = (8, 2, 3, 4, 16, 5, 7)
 GROUP_SIZES = (2, 3, 5, 8, 12, 16, 17, 20, 31, 32, 33)
+# The judge domain's limits (judge_domain_violations in oracles/ops/moe_fused_gate.py): a case
+# drawn in the judge's form stays inside them.
+JUDGE_DTYPES = (torch.bfloat16, torch.float32)
+JUDGE_MAX_ROWS, JUDGE_MAX_EXPERTS, JUDGE_MAX_ROUTED, JUDGE_MAX_SHARED = 65536, 512, 16, 8
+
+
+def _judge_scale(value, *, zero_ok: bool) -> bool:
+    """routed_scaling_factor (> 0) or moe_softcapping (>= 0, zero_ok) as the judge domain takes it:
+    a finite Python float (None, a negative value or an int is outside)."""
+    return isinstance(value, float) and math.isfinite(value) and (value >= 0 if zero_ok else value > 0)
+
+
+def _in_judge_domain(structure) -> bool:
+    """Whether a structure (GPU_STRUCTURES' layout) lies inside the judge domain: 1..65536 rows,
+    2..512 experts in bf16 or float32, a real scoring name, ungrouped or 2..16 groups of >= 2
+    experts dividing N, 0..8 shared and 1..min(16, kept) routed slots (no -inf fill), rsf > 0 and
+    softcap >= 0 finite floats. Its bulk rows are kept under the row limit where they are drawn."""
+    M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = structure
+    if G == 1:
+        kept = N if tg == 1 else 0
+    elif 2 <= G <= 16 and N % G == 0 and N // G >= 2 and 1 <= tg <= G:
+        kept = tg * (N // G)
+    else:
+        return False
+    return (1 <= M <= JUDGE_MAX_ROWS and 2 <= N <= JUDGE_MAX_EXPERTS and dtype in JUDGE_DTYPES and scoring in SCORING
+            and 0 <= S <= JUDGE_MAX_SHARED and 1 <= KR <= min(JUDGE_MAX_ROUTED, kept)
+            and _judge_scale(rsf, zero_ok=False) and _judge_scale(softcap, zero_ok=True))
 
 
 def _floor_value(name: str, dtype: torch.dtype) -> torch.Tensor:
@@ -214,10 +241,13 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
     row (HAZARD_DRAWS, the group ones only with groups); behind booleans, specials anywhere in
     the scores, specials in the bias, a bias-made tie in row 0, a bf16/fp16 bias; with
     `bulk_rows` (GPU sizes), 0 or that many more rows, each with its own kind and hazard
-    (bulk_rows); then the layouts (gaps hold NaN). Shrinks toward: min_rows, ungrouped, N = 1,
-    sigmoid, the judge's options, S = 0, KR = 1, bf16, randn scores and bias, no hazard, no bulk,
-    contiguous. (Rows shrink less well than the rest, since each draws its own kind and hazard;
-    the minimizer drops them.)
+    (bulk_rows); then the layouts (gaps hold NaN). A share of the cases (judge_forms) is drawn in
+    the judge's form (feature JUDGE_FORM): structure, dtype and layouts inside the judge domain
+    (of the pool only the entries inside it), the values, hazards and specials as nasty as in
+    the rest. Shrinks toward: the judge's form, min_rows, ungrouped, N = 1 (2 in the judge's
+    form), sigmoid, the judge's options, S = 0, KR = 1, bf16, randn scores and bias, no hazard,
+    no bulk, contiguous. (Rows shrink less well than the rest, since each draws its own kind and
+    hazard; the minimizer drops them.)
     """
     if not 0 <= min_rows <= max_rows:
         raise InvalidArgument(f"moe_fused_gate_cases: need 0 <= min_rows <= max_rows, got min_rows={min_rows}, "
@@ -261,19 +291,33 @@ def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_sha
 @st.composite
 def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, pool,
                           bulk_pool):
-    free = _free_structure(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
+    # Cases in the judge's own form (strategies.values.judge_forms), where the sizes allow one: a
+    # structure inside the judge domain (from the pool's entries inside it, or drawn so),
+    # contiguous scores and a contiguous float32 bias; values and hazards stay as nasty.
+    judge_form = (min_rows <= JUDGE_MAX_ROWS and max_rows >= 1 and max_experts >= 2
+                  and any(d in JUDGE_DTYPES for d in dtypes) and draw(judge_forms(), label="judge form?"))
+    if judge_form:
+        pool = tuple(entry for entry in pool if _in_judge_domain(entry))
+    free = _free_structure(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, judge_form)
     M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = draw(
         mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
     options = dict(topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S, renormalize=renormalize,
                    routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
                    moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
-    return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype, bulk_pool))
+    return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype, bulk_pool,
+                        judge_form))
 
 
 @st.composite
-def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
+def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes,
+                    judge_form=False):
     """(M, N, G, topk_group, KR, S, scoring, softcap, renormalize, rsf, apply_on_output, dtype)
-    drawn freely (the layout of GPU_STRUCTURES' entries)."""
+    drawn freely (the layout of GPU_STRUCTURES' entries); with `judge_form`, inside the judge
+    domain (_in_judge_domain): no M = 0, no -inf fill, no KR = 0, no odd name, no rsf <= 0 or None."""
+    if judge_form:
+        min_rows, max_rows = max(min_rows, 1), min(max_rows, JUDGE_MAX_ROWS)
+        max_experts, max_routed = min(max_experts, JUDGE_MAX_EXPERTS), min(max_routed, JUDGE_MAX_ROUTED)
+        max_shared, dtypes = min(max_shared, JUDGE_MAX_SHARED), tuple(d for d in dtypes if d in JUDGE_DTYPES)
     if min_rows == 0 and draw(sometimes(12), label="M=0?"):
         M = 0
     else:
@@ -283,8 +327,8 @@ def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_share
     if counts and draw(st.sampled_from((False, True, True)), label="grouped?"):
         G = draw(st.sampled_from(counts), label="G")
         # the -inf fill: more routed slots than the kept groups hold (small groups, few kept), so
-        # torch.topk goes on into the dropped experts, all -inf
-        fill = max_routed >= 3 and draw(st.booleans(), label="KR>kept?")
+        # torch.topk goes on into the dropped experts, all -inf (outside the judge domain)
+        fill = not judge_form and max_routed >= 3 and draw(st.booleans(), label="KR>kept?")
         if fill:
             per = draw(st.integers(2, max(2, min(max_routed // 2, max_experts // G))), label="experts_per_group")
         else:
@@ -297,10 +341,10 @@ def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_share
         kept = tg * per
     else:
         G, tg, per = 1, 1, None
-        N = draw(hostile_sizes(max_value=max_experts), label="N")
+        N = draw(hostile_sizes(min_value=2 if judge_form else 1, max_value=max_experts), label="N")
         kept = N
     scoring = draw(st.sampled_from(SCORING_DRAWS), label="scoring_func")
-    if draw(sometimes(25), label="odd scoring name?"):
+    if not judge_form and draw(sometimes(25), label="odd scoring name?"):
         scoring = draw(st.sampled_from(ODD_SCORING), label="odd_scoring")
     softcap = draw(st.sampled_from(SOFTCAPS if scoring not in ("sigmoid", "sqrtsoftplus") else SOFTCAPS[:2]),
                    label="moe_softcapping")
@@ -314,21 +358,25 @@ def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_share
         KR = draw(st.integers(kept + 1, min(N, max_routed)), label="KR")
     elif top > 1 and draw(sometimes(6), label="KR=max?"):
         KR = top
-    elif draw(sometimes(15), label="KR=0?"):
+    elif not judge_form and draw(sometimes(15), label="KR=0?"):
         KR = 0
     else:
         KR = draw(st.integers(1, top), label="KR")
     renormalize = True if all_on else draw(st.sampled_from((True, False, True)), label="renormalize")
-    rsf = draw(st.sampled_from(RSF[1:-1] if all_on else RSF), label="routed_scaling_factor")
+    rsfs = RSF[1:-1] if all_on else RSF
+    if judge_form:
+        rsfs = tuple(r for r in rsfs if _judge_scale(r, zero_ok=False))
+    rsf = draw(st.sampled_from(rsfs), label="routed_scaling_factor")
     apply = True if all_on else draw(st.sampled_from((False, True)), label="apply_rsf")
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     return M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype
 
 
 @st.composite
-def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool):
+def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool, judge_form):
     """The values of a case whose structure is drawn: scores row by row, the bias, the hazards,
-    the specials, the bulk rows and the layouts."""
+    the specials, the bulk rows and the layouts. In the judge's form the bias stays float32, both
+    layouts contiguous and the bulk within the judge's rows; the values are drawn as in any case."""
     # each row its own value kind (and magnitude): a case of M rows tests M kinds for the price
     # of one launch, and the minimizer drops the rows that do not matter
     kinds_pool = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")
@@ -357,21 +405,25 @@ def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_p
         a, b = draw(st.lists(st.integers(0, N - 1), min_size=2, max_size=2, unique=True), label="bias_tie")
         part = activations32(scores[:1], scoring, softcap)[0]
         bias[b] = (part[a] + bias[a] - part[b]).item()
-    if draw(sometimes(8), label="bias dtype?"):
+    if not judge_form and draw(sometimes(8), label="bias dtype?"):
         bias = bias.to(draw(st.sampled_from((torch.bfloat16, torch.float16)), label="bias_dtype"))
 
     # the bulk after the bias is final: its ties prefer lanes of equal bias, and it ranks by sel
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS), label="bulk rows") \
-        if bulk_pool else 0
+    max_bulk = min(BULK_ELEMENTS, (JUDGE_MAX_ROWS - M) * N) if judge_form else BULK_ELEMENTS
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=max_bulk, drawn_rows=M),
+                label="bulk rows") \
+        if bulk_pool and max_bulk >= 1 else 0
     if bulk:
         scores = torch.cat([scores, bulk_rows(bulk, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring=scoring,
                                               softcap=softcap, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
 
-    layout = draw(layouts(), label="scores_layout")
+    layout = Layout() if judge_form else draw(layouts(), label="scores_layout")
     bias_layout = draw(st.sampled_from((Layout(), Layout("offset", 3), Layout("stepped", 2))), label="bias_layout") \
-        if draw(sometimes(6), label="bias strided?") else Layout()
+        if not judge_form and draw(sometimes(6), label="bias strided?") else Layout()
     features = {f"dtype={str(dtype).split('.')[-1]}", *(f"scores={k}" for k in kinds), f"bias={bias_kind}",
                 f"scoring={scoring if scoring in SCORING else 'odd'}"} | case_features(scores, bias, options)
+    if judge_form:
+        features.add(JUDGE_FORM)
     if bulk:
         features.add("bulk_rows")
     if layout.kind != "contiguous":

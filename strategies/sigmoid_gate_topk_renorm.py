@@ -14,9 +14,9 @@ from hypothesis.errors import InvalidArgument
 
 from strategies.case import Case
 from strategies.minimize import row_subsets
-from strategies.values import (FLOAT_DTYPES, SPECIAL_NAMES, apply_overrides, background, bulk_row_counts,
-                               hostile_sizes, layouts, magnitudes, mostly_from, place, seeds, sparse_overrides,
-                               special_values, specials_in_rows, tie_rows)
+from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, SPECIAL_NAMES, Layout, apply_overrides, background,
+                               bulk_row_counts, hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, place,
+                               seeds, sparse_overrides, special_values, specials_in_rows, tie_rows)
 
 OP = "sigmoid_gate_topk_renorm"
 
@@ -33,6 +33,8 @@ SIZES = {
                  bulk_rows=(2048, 16384)),
 }
 BULK_ELEMENTS = 1 << 22
+# The judge domain's bounds (oracles/ops/sigmoid_gate_topk_renorm.py) a judge-form case keeps to.
+JUDGE_MAX_EXPERTS, JUDGE_MAX_SHARED, JUDGE_MAX_K = 512, 8, 16
 
 # The judge's cases (the contract: oracles/ops/sigmoid_gate_topk_renorm.py): (T, N, S, k,
 # route_scale, global_scale); the last five are its bench. The first case's scales are the official
@@ -175,14 +177,25 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
 
 @st.composite
 def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_shared, max_k, dtypes, bulk_pool):
-    T = draw(st.integers(min_tokens, max_tokens), label="T")
-    N = draw(experts, label="N")
-    S = draw(st.integers(0, max_shared), label="S")
+    # Half the cases in the judge's own form (strategies.values.judge_forms): bf16 logits,
+    # contiguous, 1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor on
+    # the device, at least one token; their values stay as nasty.
+    judge_form = (max_tokens >= 1 and max_shared >= 1 and torch.bfloat16 in dtypes
+                  and draw(judge_forms(), label="judge form?"))
+    if judge_form:
+        T = draw(st.integers(max(min_tokens, 1), max_tokens), label="T")
+        N = draw(experts.filter(lambda n: n <= JUDGE_MAX_EXPERTS), label="N")
+        S = draw(st.integers(1, min(max_shared, JUDGE_MAX_SHARED)), label="S")
+        max_k = min(max_k, JUDGE_MAX_K)
+    else:
+        T = draw(st.integers(min_tokens, max_tokens), label="T")
+        N = draw(experts, label="N")
+        S = draw(st.integers(0, max_shared), label="S")
     if 1 < N <= max_k and draw(st.booleans(), label="k=N?"):
         k = N
     else:
         k = draw(st.integers(1, min(N, max_k)), label="k")
-    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    dtype = torch.bfloat16 if judge_form else draw(st.sampled_from(dtypes), label="dtype")
     logits_seed = draw(seeds(), label="logits_seed")
     scale = draw(magnitudes(), label="logits_scale")
     logits = background((T, N + S), seed=logits_seed, scale=scale, dtype=dtype)
@@ -217,18 +230,21 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_s
         logits = apply_overrides(logits, draw(sparse_overrides(logits.numel(), special_values(dtype)),
                                               label="logits_specials"))
 
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N + S, max_elements=BULK_ELEMENTS), label="bulk rows") \
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N + S, max_elements=BULK_ELEMENTS,
+                                    drawn_rows=T), label="bulk rows") \
         if bulk_pool else 0
     if bulk:
         logits = torch.cat([logits, bulk_rows(bulk, N, S, k, bias=bias, seed=draw(seeds(), label="bulk_seed"),
                                               scale=scale, dtype=dtype)])
 
-    layout = draw(layouts(), label="logits_layout")
+    layout = Layout() if judge_form else draw(layouts(), label="logits_layout")
     route_scale = draw(st.sampled_from(ROUTE_SCALES), label="route_scale")
-    form = draw(st.sampled_from(GLOBAL_SCALE_FORMS), label="global_scale_form")
+    form = GLOBAL_SCALE_FORMS[0] if judge_form else draw(st.sampled_from(GLOBAL_SCALE_FORMS), label="global_scale_form")
     global_scale = make_global_scale(form, draw(st.sampled_from(GLOBAL_SCALES), label="global_scale"))
 
     features = {f"dtype={str(dtype).split('.')[-1]}", f"bias={bias_kind}", f"global_scale={form}"}
+    if judge_form:
+        features.add(JUDGE_FORM)
     features |= case_features(logits, bias, k, S)
     if bulk:
         features.add("bulk_rows")

@@ -2,7 +2,7 @@
 
     case --> kernel(case)     on the chosen device, inside the sanitizers (oracles/harness/sanitizers.py)
          --> reference(case)  the judge's PyTorch code, same device
-         --> oracle64(case)   the same math in float64, on the CPU
+         --> oracle64(case)   the same math in float64 (hc_head on the case's device, the routers on the CPU)
          --> op.verdict(...)  named checks (oracles/<op>.py)
 
 The kernel is called as the judge calls it: keyword arguments. Its inputs are fresh copies in

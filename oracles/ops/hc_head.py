@@ -97,16 +97,22 @@ class Oracle64:
     pre: torch.Tensor        # [T, h]
 
 
+def on_device_of(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """t detached on x's device (a drawn case may hold its small tensors on the host)."""
+    return t.detach().to(x.device)
+
+
 def oracle64(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps) -> Oracle64:
-    """The same math with every input upcast to float64, on the CPU."""
+    """The same math with every input upcast to float64, on x's device: on a GPU the judge's
+    8192-token case is 235M values, seconds of float64 on one CPU core and milliseconds there."""
     T, h, H = x.shape
-    xd = x.detach().cpu().double()                       # upcast: exact for bf16/fp16/fp32 inputs
+    xd = x.detach().double()                             # upcast: exact for bf16/fp16/fp32 inputs
     f = xd.reshape(T, h * H)
-    W = hc_fn.detach().cpu().double()
-    scale = hc_scale.detach().cpu().double().reshape(())
-    base = hc_base.detach().cpu().double()
+    W = on_device_of(x, hc_fn).double()
+    scale = on_device_of(x, hc_scale).double().reshape(())
+    base = on_device_of(x, hc_base).double()
     sumsq = (f * f).sum(-1)
-    r = torch.rsqrt(sumsq / (h * H) + norm_eps) if h * H else torch.zeros(T, dtype=torch.float64)
+    r = torch.rsqrt(sumsq / (h * H) + norm_eps) if h * H else torch.zeros(T, dtype=torch.float64, device=x.device)
     dot = f @ W.T
     dot_abs = f.abs() @ W.abs().T
     mixes = dot * r[:, None]
@@ -163,9 +169,9 @@ def accuracy_bound(o: Oracle64, x: torch.Tensor, hc_scale, hc_base, hc_eps, out_
     """
     T, h, H = x.shape
     K = h * H
-    xd = x.detach().cpu().double().abs()
-    scale = float(hc_scale.detach().cpu().double().reshape(()))
-    base = hc_base.detach().cpu().double().abs()
+    xd = x.detach().double().abs()
+    scale = float(hc_scale.detach().double().reshape(()))
+    base = on_device_of(x, hc_base).double().abs()
     rel_r = normalizer_error(o, K)
     mixes = (o.dot * o.r[:, None]).abs()
     dm = o.r[:, None] * (gamma(K + 2) * o.dot_abs + (K + 2) * SUBNORMAL_HALF_SPACING) + mixes * (rel_r + U32)
@@ -251,9 +257,10 @@ def token_classes(o: Oracle64, x: torch.Tensor, norm_eps: float, rel_r: torch.Te
     relative error of r; a flush that moves r by more than that changes the result."""
     T, h, H = x.shape
     K = h * H
-    f = x.detach().cpu().reshape(T, K)
-    # The reference's own float32 normalizer, as it computes it (CPU float32 keeps subnormals).
-    ms32 = f.float().square().mean(-1) + norm_eps if K else torch.zeros(T)
+    f = x.detach().reshape(T, K)
+    # The reference's own float32 normalizer, as it computes it (torch keeps subnormals, on the
+    # CPU and in its CUDA kernels).
+    ms32 = f.float().square().mean(-1) + norm_eps if K else torch.zeros(T, device=x.device)
     ms64 = o.sumsq / max(K, 1) + norm_eps
     underflow = (ms32 == 0) & (ms64 > 0)
     degenerate = reference_divergent_tokens(o, x) | underflow | (ms32.isinf() & ms64.isfinite())
@@ -262,7 +269,7 @@ def token_classes(o: Oracle64, x: torch.Tensor, norm_eps: float, rel_r: torch.Te
     fd = f.double()
     mean_all = _flush(_flush(fd * fd).sum(-1) / max(K, 1))
     variants = (_flush(mean_all + float(_flush(torch.tensor(float(norm_eps))))), _flush(ms64))
-    ftz = torch.zeros(T, dtype=torch.bool)
+    ftz = torch.zeros(T, dtype=torch.bool, device=x.device)
     may_nan = degenerate.clone()
     for ms in variants:
         r = torch.rsqrt(ms)
@@ -278,13 +285,13 @@ def hull_accepts(y: torch.Tensor, x: torch.Tensor, hc_eps: float, may_nan: torch
     give, within float32 rounding of the stream sum and the output cast; NaN where `may_nan`
     [T]; +-inf where the hull reaches past the output dtype's range."""
     T, h, H = x.shape
-    xd = x.detach().cpu().double()
+    xd = x.detach().double()
     lo_pre, hi_pre = float(hc_eps), 1.0 + float(hc_eps)
     a, b = lo_pre * xd, hi_pre * xd
     lo, hi = torch.minimum(a, b).sum(1), torch.maximum(a, b).sum(1)           # [T, H]
     big = torch.maximum(a.abs(), b.abs()).sum(1)
     slack = (gamma(h) + 4 * U32) * big + ulp(torch.maximum(lo.abs(), hi.abs()), x.dtype) + h * FLT32_TINY
-    yk = y.detach().cpu().double()
+    yk = on_device_of(x, y).double()
     inside = (yk >= lo - slack) & (yk <= hi + slack)
     limit = overflow_threshold(x.dtype) * (1 - 2.0 ** -8)
     inside |= (yk == math.inf) & (hi + slack >= limit) | (yk == -math.inf) & (lo - slack <= -limit)
@@ -307,8 +314,8 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     explained = {}
     special = (classes.degenerate | classes.ftz).nonzero().flatten()
     if special.numel():  # the hull only where it is needed: judge-sized cases have no such token
-        in_hull = torch.zeros(T, H, dtype=torch.bool)
-        in_hull[special] = hull_accepts(y.detach().cpu()[special], x.detach().cpu()[special], args["hc_eps"],
+        in_hull = torch.zeros(T, H, dtype=torch.bool, device=x.device)
+        in_hull[special] = hull_accepts(on_device_of(x, y)[special], x.detach()[special], args["hc_eps"],
                                         classes.may_nan[special])
         explained = {DEGENERATE: classes.degenerate[:, None] & in_hull, FTZ: classes.ftz[:, None] & in_hull}
     # Overflow of the output itself may round either way near the threshold.

@@ -14,6 +14,7 @@ from oracles.ops import hc_head as hc_oracle
 from oracles.ops import sigmoid_gate_topk_renorm as sgtr_oracle
 from oracles.ops.sigmoid_gate_topk_renorm import reference as sgtr_reference
 from strategies.hc_head import JUDGE_SHAPES, hc_head_cases
+from strategies.values import JUDGE_FORM
 from strategies.hc_head import judge_cases as hc_judge_cases
 from strategies.sigmoid_gate_topk_renorm import (JUDGE_CASES, judge_cases, sigmoid_gate_topk_renorm_cases,
                                                  smaller_cases)
@@ -85,9 +86,10 @@ def test_sgtr_feature_label_is_reachable(feature):
 
 @sgtr
 def test_sgtr_nan_case_shrinks_small():
-    """What a case that needs a NaN logit shrinks to: one token, one routed expert, no shared."""
+    """What a case that needs a NaN logit shrinks to: one token, one routed expert, no shared
+    (one shared in the judge's form, the shrink target of its first choice)."""
     case = reach(SGTR, lambda c: bool(c.inputs["logits"].isnan().any()))
-    assert shape(case) == (1, 1, 0, 1), case
+    assert shape(case) == ((1, 1, 1, 1) if JUDGE_FORM in case.features else (1, 1, 0, 1)), case
     assert case.inputs["logits"].is_contiguous()
 
 
@@ -177,8 +179,10 @@ def test_hc_head_feature_is_reachable(condition):
 
 @hc
 def test_hc_head_nan_case_shrinks_small():
+    """One token of one element, or in the judge's form (the shrink target of its first
+    choice) its smallest shape."""
     case = reach(HC, lambda c: bool(c.inputs["x"].isnan().any()))
-    assert tuple(case.inputs["x"].shape) == (1, 1, 1), case
+    assert tuple(case.inputs["x"].shape) == ((1, 2, 128) if JUDGE_FORM in case.features else (1, 1, 1)), case
     assert math.isnan(float(case.inputs["x"].reshape(-1)[0]))
 
 
@@ -215,7 +219,7 @@ def test_gpu_sizes_mostly_reuse_a_compiled_pool_and_still_explore():
              SG_SIZES["cuda"]["experts_pool"], lambda c: c.inputs["bias"].shape[0])):
         sizes = []
 
-        @settings(max_examples=120, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+        @settings(max_examples=300, database=None, deadline=None, suppress_health_check=list(HealthCheck),
                   derandomize=True)  # shares, not a coin flip
         @given(case=strategy)
         def collect(case):
@@ -391,10 +395,13 @@ def test_gate_topk_smaller_cases_stay_valid():
 
 
 def test_gate_topk_gpu_run_mostly_reuses_whole_structures_and_still_explores():
-    """SIZES["cuda"]: three cases in four take (M, N, k, dtype) from GPU_STRUCTURES (each compiles
-    at most once a process), some take a fresh structure, and the values of one structure vary."""
+    """SIZES["cuda"]: three cases in four take (M, N, k, dtype) from GPU_STRUCTURES, or a
+    judge-form case its shapes in float32 (each compiles at most once a process), some take a
+    fresh structure, and the values of one structure vary."""
     from strategies.gate_topk import GPU_STRUCTURES
     small = tuple((min(M, 3), N, k, dtype) for M, N, k, dtype in GPU_STRUCTURES)  # few rows on the CPU
+    # a judge-form case takes a pooled shape in float32, the judge's dtype (a compile of its own)
+    pooled_forms = set(small) | {(M, N, k, torch.float32) for M, N, k, _ in small}
     seen = []
 
     @settings(max_examples=80, database=None, deadline=None, suppress_health_check=list(HealthCheck),
@@ -402,7 +409,7 @@ def test_gate_topk_gpu_run_mostly_reuses_whole_structures_and_still_explores():
     @given(case=gate_topk_cases(max_rows=3, max_cols=4200, max_k=64, structure_pool=small))
     def collect(case):
         x = case.inputs["x"]
-        seen.append(((*x.shape, case.inputs["k"], x.dtype) in small, case.content_hash()))
+        seen.append(((*x.shape, case.inputs["k"], x.dtype) in pooled_forms, case.content_hash()))
         gt_oracle.reference(**case.inputs)
     collect()
     pooled = [h for hit, h in seen if hit]
@@ -426,3 +433,34 @@ def test_every_ops_gpu_sizes_make_a_strategy_that_draws(op):
     def draw(case):
         assert case.op == op
     draw()
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge's own form: half the drawn cases, each inside its op's judge domain
+
+from oracles.ops import OPS, get_op  # noqa: E402
+
+
+@pytest.mark.parametrize("sizes", ["cpu", "cuda"])
+@pytest.mark.parametrize("op", list(OPS))
+def test_judge_form_cases_lie_inside_the_judge_domain_and_are_drawn(op, sizes):
+    """Outside the judge domain a kernel's clean refusal is `unsupported`: without judge-form draws
+    the ci profile's 20 GPU-sized cases held none inside it for hc_head and sgtr, and a kernel that
+    failed to compile on every call escaped the property (H200, 2026-12-02)."""
+    spec = get_op(op)
+    drawn = []
+
+    @settings(max_examples=40, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(spec.cases(**spec.sizes[sizes]))
+    def draw_cases(case):
+        drawn.append((JUDGE_FORM in case.features, spec.judge_domain_violations(case), case.summary()))
+
+    draw_cases()
+    outside = [(why, summary) for judge_form, why, summary in drawn if judge_form and why]
+    assert not outside, f"{op}: judge-form cases outside the judge domain: {outside[:3]}"
+    # a third of the draws by judge_forms; Hypothesis's derandomized sequence mutates few fresh
+    # draws and keeps their first choice, so a fixed sample of 40 held 1 to 17 (2026-12-02): both
+    # kinds must be there, and a collapse to either fails
+    judged = sum(judge_form for judge_form, _, _ in drawn)
+    assert 0 < judged < len(drawn), f"{op}: {judged} of {len(drawn)} drawn cases in the judge's form"
