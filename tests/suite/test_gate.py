@@ -177,8 +177,8 @@ REFUSES_NON_BF16 = wrapped('''
 REFUSES_HC_MULT_2 = wrapped('''
     assert x.shape[1] != 2, "hc_mult 2 is not supported"
 ''')
-WRONG_IN_FLOAT16 = wrapped('''
-    if x.dtype == torch.float16:
+WRONG_OUTSIDE_BF16 = wrapped('''
+    if x.dtype != torch.bfloat16:
         hc_eps = hc_eps + 0.25  # silently wrong, and only where the judge never looks
 ''')
 REFUSES_ODD_HIDDEN = wrapped('''
@@ -199,7 +199,7 @@ def test_severities_in_one_gate_run(tmp_path):
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("hc_head.py", REFUSES_NON_BF16)
         z.writestr("hc_head_metax.py", REFUSES_HC_MULT_2)
-        z.writestr("hc_head_ascend.py", WRONG_IN_FLOAT16)
+        z.writestr("hc_head_ascend.py", WRONG_OUTSIDE_BF16)
         z.writestr("hc_head_enflame.py", TWO_BUGS)
     code, report, out = gate(tmp_path, f"hc_head={archive}", budget=40)  # 3x what it needs on an idle CI machine; 12 s missed bugs under load
     assert code != 0
