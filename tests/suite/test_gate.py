@@ -186,8 +186,8 @@ REFUSES_ODD_HIDDEN = wrapped('''
         raise ValueError(f"hidden must be a multiple of 128, got {x.shape[2]}")
 ''')
 TWO_BUGS = wrapped('''
-    if x.shape[1] == 1:
-        hc_eps = hc_eps + 0.25  # bug 1: one stream, wrong gates (accuracy)
+    if x.shape[1] % 2:
+        hc_eps = hc_eps + 0.25  # bug 1: an odd number of streams, wrong gates (accuracy)
     if x.dtype == torch.float16:
         x = x.float()  # bug 2: float16 in, float32 out (contract)
 ''')
@@ -201,7 +201,9 @@ def test_severities_in_one_gate_run(tmp_path):
         z.writestr("hc_head_metax.py", REFUSES_HC_MULT_2)
         z.writestr("hc_head_ascend.py", WRONG_OUTSIDE_BF16)
         z.writestr("hc_head_enflame.py", TWO_BUGS)
-    code, report, out = gate(tmp_path, f"hc_head={archive}", budget=40)  # 3x what it needs on an idle CI machine; 12 s missed bugs under load
+    # 3x the budget it needs on an idle CI machine (12 s missed bugs under load); the judge's
+    # model-sized cases, minutes for four members on a GPU, add nothing here
+    code, report, out = gate(tmp_path, f"hc_head={archive}", budget=40, select=("-k", "not 7168"))
     assert code != 0
     jsonschema.validate(report, SCHEMA)
     impls = {i["implementation"].split(":")[1]: i for i in report["implementations"]}
@@ -249,9 +251,10 @@ EXITS_ON_EVERY_CALL = textwrap.dedent('''
 
 
 def test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test(tmp_path):
-    """Nine crashes (the property, 4 judge cases, 4 fixtures), more than the 4 restarts xdist
-    allows by default: every test still runs and gets a crash verdict. (Each crash costs a
-    worker's start, ~6 s on the CPU: four fixtures are enough to pass the limit.)"""
+    """Eight crashes (the property, the 3 judge cases of hidden < 7168, 4 fixtures), more than the
+    4 restarts xdist allows by default: every test still runs and gets a crash verdict. (Each
+    crash costs a worker's start, ~6 s on the CPU and ~18 s on an H200: the judge's model-sized
+    cases are left out, as their crashes add nothing.)"""
     kernel = tmp_path / "exits.py"
     kernel.write_text(EXITS_ON_EVERY_CALL)
     regressions = tmp_path / "regressions"
@@ -263,13 +266,13 @@ def test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test(tmp_p
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--hypothesis-profile", "ci",
                            "--gate-report", str(report), f"--regressions-dir={regressions}",
-                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "tests/kernel/test_regressions.py",
-                           "-k", "judge_cases or agrees or replays"],
+                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py",
+                           "tests/kernel/test_regressions.py", "-k", "(judge_cases and not 7168) or agrees or replays"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     data = json.loads(report.read_text())
     (impl,) = data["implementations"]
     assert done.returncode != 0 and impl["verdict"] == "fail"
-    assert len(impl["crashes"]) == 1 + 4 + fixtures, (len(impl["crashes"]), done.stdout[-2000:])
+    assert len(impl["crashes"]) == 1 + 3 + fixtures, (len(impl["crashes"]), done.stdout[-2000:])
     assert "maximum crashed workers reached" not in done.stdout + done.stderr
 
 

@@ -86,6 +86,9 @@ def sigmoid_gate_topk_renorm(logits, k, n_shared_experts, route_scale, global_sc
 
     gs = float(global_scale)  # a host read of one float32 value (a sync on a GPU tensor)
     n_programs = min(T, 64)
+    # tl.topk of one element does not compile on an H200 (Triton 3.6): at least 2, within N_PAD
+    k_pad = max(2, triton.next_power_of_2(k))
+    n_pad = max(k_pad, triton.next_power_of_2(N))
     _gate_sorted_kernel[(n_programs,)](
         logits, bias,
         routed_w, indices, shared_w,
@@ -94,6 +97,6 @@ def sigmoid_gate_topk_renorm(logits, k, n_shared_experts, route_scale, global_sc
         routed_w.stride(0), routed_w.stride(1), indices.stride(0), indices.stride(1),
         shared_w.stride(0), shared_w.stride(1),
         float(route_scale), gs,
-        N_PAD=triton.next_power_of_2(N), K_PAD=triton.next_power_of_2(k), S_PAD=triton.next_power_of_2(max(S, 1)),
+        N_PAD=n_pad, K_PAD=k_pad, S_PAD=triton.next_power_of_2(max(S, 1)),
     )
     return routed_w, indices, shared_w
