@@ -21,16 +21,28 @@ HC_HEAD = ROOT / "kernels" / "hc_head.py"
 BROKEN = ROOT / "tests" / "mutants" / "hc_head" / "unwritten_tail.py"  # poison: tail never written
 
 
-def gate(tmp_path, *kernel_args, budget=8, select=()):
-    """Run the gate in a fresh pytest process (`select`: extra pytest arguments, e.g. -k); return
-    (exit code, report, output)."""
+def on_the_cpu(pythonpath=None) -> dict:
+    """The environment of a gate that tests the gate's own plumbing (zips, crashes, reports,
+    memory, the suite's errors): the CPU platform, on a GPU machine too. The plumbing is the same
+    on both, and on an H200 such a gate took 100-290 s (a worker's CUDA start per crash, the
+    model-sized judge cases) for nothing the GPU adds. The gates a GPU has reasons of its own for
+    (a device fault, a correct kernel's PASS, the severities) run on the device."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    if pythonpath is not None:  # a plugin (-p NAME) the test wrote into its folder
+        env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    return env
+
+
+def gate(tmp_path, *kernel_args, budget=8, select=(), env=None):
+    """Run the gate in a fresh pytest process (`select`: extra pytest arguments, e.g. -k; `env`:
+    its environment, e.g. on_the_cpu()); return (exit code, report, output)."""
     report = tmp_path / "report.json"
     args = [sys.executable, "-m", "pytest", *[f"--kernel={k}" for k in kernel_args],
             "--hypothesis-profile", "ci", "--gate-budget", str(budget), "--gate-report", str(report),
             "--regressions-dir", str(tmp_path / "regressions"), "--minimize-budget", "5",
             "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "tests/kernel/test_regressions.py",
             "tests/kernel/test_static_scan.py", *select]
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     data = json.loads(report.read_text()) if report.exists() else None
     return done.returncode, data, done.stdout + done.stderr
 
@@ -56,7 +68,7 @@ def test_zip_with_broken_vendor_file_fails_and_names_it(tmp_path):
         z.write(HC_HEAD, "hc_head.py")
         z.write(BROKEN, "hc_head_metax.py")
         z.writestr("notes.txt", "not a kernel")
-    code, report, out = gate(tmp_path, f"hc_head={archive}")
+    code, report, out = gate(tmp_path, f"hc_head={archive}", env=on_the_cpu())
     assert code != 0
     jsonschema.validate(report, SCHEMA)
     verdicts = {i["implementation"]: i["verdict"] for i in report["implementations"]}
@@ -92,7 +104,8 @@ def test_segfaulting_kernel_gets_a_verdict(tmp_path):
     kernel.write_text(SEGFAULT)
     # the property alone: every other test would crash a worker too (a restart each, ~6 s on a
     # CPU); test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test covers those
-    code, report, out = gate(tmp_path, f"hc_head={kernel}", budget=5, select=("-k", "agrees or static"))
+    code, report, out = gate(tmp_path, f"hc_head={kernel}", budget=5, select=("-k", "agrees or static"),
+                             env=on_the_cpu())
     assert code != 0
     jsonschema.validate(report, SCHEMA)
     (impl,) = report["implementations"]
@@ -235,7 +248,7 @@ def test_strict_fails_unsupported_inputs(tmp_path):
                            "--hypothesis-profile", "ci", "--gate-budget", "8", "--gate-report", str(report),
                            "--regressions-dir", str(tmp_path / "regressions"), "--minimize-budget", "2",
                            "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=on_the_cpu())
     data = json.loads(report.read_text())
     assert done.returncode != 0 and data["implementations"][0]["verdict"] == "fail", done.stdout[-3000:]
     assert data["implementations"][0]["unsupported"]
@@ -268,7 +281,7 @@ def test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test(tmp_p
                            "--gate-report", str(report), f"--regressions-dir={regressions}",
                            "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py",
                            "tests/kernel/test_regressions.py", "-k", "(judge_cases and not 7168) or agrees or replays"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=on_the_cpu())
     data = json.loads(report.read_text())
     (impl,) = data["implementations"]
     assert done.returncode != 0 and impl["verdict"] == "fail"
@@ -300,7 +313,7 @@ def test_the_suites_own_error_is_not_a_verdict_on_the_kernel(tmp_path):
                            f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
                            "tests/kernel/test_ops.py", "-k", "judge_cases"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+                          env=on_the_cpu(pythonpath=tmp_path))
     data = json.loads(report.read_text())
     (impl,) = data["implementations"]
     jsonschema.validate(data, SCHEMA)
@@ -399,7 +412,7 @@ def test_every_test_is_accounted_for_and_a_memory_hog_fails_without_taking_the_r
                            "tests/kernel/test_ops.py", "tests/kernel/test_static_scan.py",
                            "-k", "(judge_cases and 128 and not 7168 or static_rules) and not ascend"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+                          env=on_the_cpu(pythonpath=tmp_path))
     out = done.stdout + done.stderr
     data = json.loads(report.read_text())
     jsonschema.validate(data, SCHEMA)
