@@ -158,9 +158,11 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
     of one special value, an all-equal row; behind a boolean, specials at up to three drawn
     places anywhere (SPECIALS: NaN of either sign or with a payload, +-inf, +-0.0, subnormals,
     the dtype's extremes); with `bulk_rows` (GPU sizes), 0 or that many more rows of the same
-    kind, each with its own hazard (bulk_rows); then a layout (gaps hold NaN). Shrinks toward:
-    min_rows (then one row), N = 1, k = 1, bf16, the judge's randperm values, no hazard, no
-    specials, no bulk, contiguous.
+    kind, each with its own hazard (bulk_rows); then a layout (gaps hold NaN). A third of the
+    cases are in the judge's form (judge_forms): float32, contiguous, N up to 1024, k up to 32.
+    Shrinks toward: the judge's form, min_rows (then one row; at least one in that form), N = 1,
+    k = 1, float32 (bf16 outside that form), the judge's randperm values, no hazard, no specials,
+    no bulk, contiguous.
     """
     if not 0 <= min_rows <= max_rows:
         raise InvalidArgument(f"gate_topk_cases: need 0 <= min_rows <= max_rows, got min_rows={min_rows}, "
@@ -207,7 +209,7 @@ def _judge_structures(pool: tuple, max_k: int) -> tuple:
 
 @st.composite
 def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bulk_pool):
-    # Half the cases in the judge's own form (strategies.values.judge_forms): float32, contiguous,
+    # A third of the cases in the judge's own form (strategies.values.judge_forms): float32, contiguous,
     # at least one row, N up to 1024, k up to 32; their values stay as nasty.
     judge_form = max_rows >= 1 and torch.float32 in dtypes and draw(judge_forms(), label="judge form?")
     if judge_form:

@@ -77,8 +77,10 @@ def bulk_tokens(B: int, hc_mult: int, hidden: int, *, seed: int, dtype: torch.dt
 def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int = 8, max_hidden: int = 600,
                   dtypes=FLOAT_DTYPES, hidden_pool: tuple = (), bulk_tokens: tuple = ()) -> st.SearchStrategy[Case]:
     """hc_head cases; with `bulk_tokens` (GPU sizes) 0 or that many more tokens after the drawn
-    ones (bulk_tokens). Shrinks toward: one token, hc_mult 1, a small hidden, bf16, contiguous,
-    ordinary eps (1e-6 / 1e-3), no specials, no zero tokens, unit-scale values, no bulk."""
+    ones (bulk_tokens). A third of the cases are in the judge's form (judge_forms): bf16,
+    contiguous, hc_mult 2 or 4, hidden a multiple of 128. Shrinks toward: the judge's form, one
+    token, hc_mult 2 (1 outside that form), a small hidden, bf16, contiguous, ordinary eps
+    (1e-6 / 1e-3), no specials, no zero tokens, unit-scale values, no bulk."""
     if not 0 <= min_tokens <= max_tokens:
         raise InvalidArgument(f"hc_head_cases: need 0 <= min_tokens <= max_tokens, got {min_tokens}, {max_tokens}")
     if max_hc_mult < 1:
@@ -111,7 +113,7 @@ def _judge_hidden(max_hidden: int, hidden_pool: tuple) -> st.SearchStrategy[int]
 
 @st.composite
 def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, judge_hidden, dtypes, bulk_pool):
-    # Half the cases in the judge's own form (strategies.values.judge_forms): bf16, contiguous,
+    # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16, contiguous,
     # hc_mult 2 or 4, hidden a multiple of 128, at least one token; their values stay as nasty.
     judge_form = (judge_hidden is not None and max_tokens >= 1 and max_hc_mult >= 2 and torch.bfloat16 in dtypes
                   and draw(judge_forms(), label="judge form?"))

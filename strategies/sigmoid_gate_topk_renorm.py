@@ -146,9 +146,11 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
     straddling its boundary), bias-made ties, near ties one float32 ulp apart in sel, all-equal
     rows, NaN / ±inf / ±0 / subnormal / dtype-max overrides; with `bulk_rows` (GPU sizes), 0 or
     that many more tokens, each with its own hazard (bulk_rows); then the bias kind, the scales
-    and a layout. Shrinks toward: min_tokens (then one token), N = 1, S = 0, k = 1, bf16,
-    unit-scale randn logits, the judge's bias (0.1 randn), no ties, no specials, no bulk,
-    contiguous, route_scale 1, global_scale 1.0 as a 0-dim tensor.
+    and a layout. A third of the cases are in the judge's form (judge_forms): bf16, contiguous,
+    1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor. Shrinks toward:
+    the judge's form, min_tokens (then one token; at least one in that form), N = 1, S = 1 (0
+    outside that form), k = 1, bf16, unit-scale randn logits, the judge's bias (0.1 randn), no
+    ties, no specials, no bulk, contiguous, route_scale 1, global_scale 1.0 as a 0-dim tensor.
     """
     if not 0 <= min_tokens <= max_tokens:
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: need 0 <= min_tokens <= max_tokens, got "
@@ -177,7 +179,7 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
 
 @st.composite
 def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_shared, max_k, dtypes, bulk_pool):
-    # Half the cases in the judge's own form (strategies.values.judge_forms): bf16 logits,
+    # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16 logits,
     # contiguous, 1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor on
     # the device, at least one token; their values stay as nasty.
     judge_form = (max_tokens >= 1 and max_shared >= 1 and torch.bfloat16 in dtypes
