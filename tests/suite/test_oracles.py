@@ -580,3 +580,13 @@ def test_an_error_of_the_sampled_rows_verdict_is_the_suites_not_the_kernels(fuzz
     monkeypatch.setattr(sampled_rows, "verdict_on_rows", broken)
     with pytest.raises(SuiteError, match="the suite's error, not the kernel's"):
         fuzz.check_sampled_rows(inputs, [0, 5], impl)
+
+
+def test_hc_head_oracle_runs_on_the_device_of_x():
+    """On a GPU the float64 oracle of a judge-sized case (235M values) runs there, not on one CPU
+    core. Meta tensors hold no data, so any copy to the CPU on the way raises; hc_fn, hc_scale and
+    hc_base may come from the host (a drawn case's host tensors) and are moved to x's device."""
+    x = torch.empty(3, 4, 128, dtype=torch.bfloat16, device="meta")
+    o = hc_oracle.oracle64(x, torch.zeros(4, 512), torch.ones(1), torch.zeros(4), 1e-6, 1e-3)
+    assert all(t.device.type == "meta" for t in (o.y, o.sumsq, o.r, o.dot, o.dot_abs, o.z, o.sigma, o.pre))
+    assert o.y.shape == (3, 128) and o.y.dtype == torch.float64
