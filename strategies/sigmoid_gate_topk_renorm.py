@@ -173,12 +173,14 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
     experts = hostile_sizes(max_value=max_experts)
     if experts_pool:
         experts = mostly_from(experts_pool, experts, explore_one_in=4)
-    return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, max_shared, max_k, tuple(dtypes),
-                                           tuple(bulk_rows))
+    judge_experts = experts.filter(lambda n: n <= JUDGE_MAX_EXPERTS)
+    return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, judge_experts, max_shared, max_k,
+                                           tuple(dtypes), tuple(bulk_rows))
 
 
 @st.composite
-def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_shared, max_k, dtypes, bulk_pool):
+def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, judge_experts, max_shared, max_k, dtypes,
+                                    bulk_pool):
     # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16 logits,
     # contiguous, 1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor on
     # the device, at least one token; their values stay as nasty.
@@ -186,7 +188,7 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, max_s
                   and draw(judge_forms(), label="judge form?"))
     if judge_form:
         T = draw(st.integers(max(min_tokens, 1), max_tokens), label="T")
-        N = draw(experts.filter(lambda n: n <= JUDGE_MAX_EXPERTS), label="N")
+        N = draw(judge_experts, label="N")
         S = draw(st.integers(1, min(max_shared, JUDGE_MAX_SHARED)), label="S")
         max_k = min(max_k, JUDGE_MAX_K)
     else:
