@@ -18,6 +18,8 @@ from oracles.harness.differential import RunOptions, run_case
 from oracles.harness.sampled_rows import sampled_row_case
 from oracles.harness.failures import Failure, failure_exception, failure_message, failure_signature, minimized_unsupported, record_fixture
 from oracles.harness.inflight import end_worker_after_device_fault, in_flight, in_worker
+from oracles.platform.compile_deadline import CompileOverBudget, compile_deadline, deadline_fired
+from oracles.platform.device import interpreted
 from oracles.gate.report import Tally
 from oracles.ops import get_op
 from oracles.verdict import FAIL as FAIL_STATUS
@@ -113,12 +115,28 @@ class Fuzz:
                 self._raise(failure)
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
-                       timeout_s=self.case_timeout_s), self._suite_errors(implementation, case.summary()):
+                       timeout_s=self.case_timeout_s), self._suite_errors(implementation, case.summary()), \
+                compile_deadline(self.deadline(), enabled=not interpreted()):
             started = time.monotonic()
-            verdict = run_case(implementation.op, implementation.fn, case, self.options)
+            try:
+                verdict = run_case(implementation.op, implementation.fn, case, self.options)
+            except CompileOverBudget:
+                verdict = None
+            if deadline_fired():  # also when the kernel's wrapper swallowed it: the run was not the pick's
+                verdict = None
             self.case_seconds.append(time.monotonic() - started)
             self.tally.seconds = time.monotonic() - self.started
+        if verdict is None:
+            self.tally.budget_exhausted = True
+            self.tally.abandoned += 1
+            return None
         return self.record(case, implementation, verdict)
+
+    def deadline(self) -> float | None:
+        """When a drawn case's launches stop waiting for a Triton compile: the end of the budget."""
+        if self.kind != "fuzz" or self.budget_s is None:
+            return None
+        return self.started + self.budget_s
 
     def check_sampled_rows(self, inputs: dict, rows: list[int], implementation):
         """The beyond-2^31 case: the kernel on the whole input, the verdict on `rows` of it

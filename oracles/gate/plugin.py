@@ -5,7 +5,10 @@ fails (minimize, write a fixture, say how to replay). The verdict table is oracl
 
 from __future__ import annotations
 
+import faulthandler
+import io
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -90,6 +93,17 @@ def pytest_cmdline_main(config):
                 _parse_expression(expression, f"Wrong expression passed to '{flag}'")
 
 
+def dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 PID` prints every thread's Python stack of that process (controller or worker)
+    on its stderr: how to see where a run that does not end is waiting (a gate on an H200 once
+    hung after its last test, in xdist's teardown, 2026-12-02)."""
+    if hasattr(signal, "SIGUSR1") and sys.__stderr__ is not None:
+        try:
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+        except (ValueError, OSError, io.UnsupportedOperation):  # no usable stderr file descriptor
+            pass
+
+
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):
         # Not an xdist worker, whatever the environment says: a pytest started from inside a
@@ -104,6 +118,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "tally(role): the gate tally this test's verdicts go to: judge or fixture")
     pin_xdist_worker_to_gpu()
     share_cores_among_xdist_workers()
+    dump_stacks_on_sigusr1()
     if not gpu_available():  # before any kernel module is imported (oracles/harness/memory.py: why not on a GPU)
         apply_process_limit(limit_bytes(config.getoption("memory_limit")))
     # The run's temporary folder, made by the controller before xdist starts workers: they inherit

@@ -47,6 +47,7 @@ class Tally:
     risks: list = field(default_factory=list)               # {kind, check, message}, a few per kind
     unsupported: dict = field(default_factory=dict)         # refusal -> add_refusal's entry
     budget_exhausted: bool = False
+    abandoned: int = 0                                      # cases left unjudged: still compiling at the budget's end
     seconds: float = 0.0                                    # from the first case's start to the last one's end
     judge_exact: bool = False
     strict: bool = False
@@ -79,7 +80,7 @@ class Tally:
                 "examples": self.examples, "rows": self.rows, "checks": {k: dict(v) for k, v in self.checks.items()},
                 "risk_counts": dict(self.risk_counts), "risks": self.risks,
                 "unsupported": list(self.unsupported.values()), "budget_exhausted": self.budget_exhausted,
-                "seconds": round(self.seconds, 3)}
+                "abandoned": self.abandoned, "seconds": round(self.seconds, 3)}
 
 
 @dataclass
@@ -98,6 +99,7 @@ class ImplementationSummary:
     unsupported: dict = field(default_factory=dict)
     strict: bool = False
     budget_exhausted: bool = False
+    abandoned: int = 0  # drawn cases left unjudged: a Triton compile still running when the budget ran out
     seconds: Counter = field(default_factory=Counter)  # kind -> seconds its cases took, start to end
     static_findings: list = field(default_factory=list)
     new_fixtures: list = field(default_factory=list)
@@ -150,6 +152,7 @@ class ImplementationSummary:
         for entry in tally["unsupported"]:
             add_refusal(self.unsupported, entry)
         self.budget_exhausted |= tally["budget_exhausted"]
+        self.abandoned += tally.get("abandoned", 0)
         self.seconds[tally["kind"]] += tally.get("seconds", 0.0)
         if tally["kind"] == "judge":
             untrusted = any(counts.get(UNTRUSTED) for counts in tally["checks"].values())
@@ -193,7 +196,7 @@ class ImplementationSummary:
             "examples": {kind: self.examples.get(kind, 0) for kind in ("fuzz", "judge", "fixture")},
             "rows": {kind: self.rows.get(kind, 0) for kind in ("fuzz", "judge", "fixture")},
             "budget": {"seconds": budget_s, "exhausted": self.budget_exhausted,
-                       "drawn_s": round(self.seconds.get("fuzz", 0.0), 2)},
+                       "drawn_s": round(self.seconds.get("fuzz", 0.0), 2), "abandoned": self.abandoned},
             "checks": {name: {s: counts.get(s, 0) for s in STATUSES} for name, counts in sorted(self.checks.items())},
             "judge_official": {k: self.judge_official.get(k, 0) for k in ("passed", "failed", "skipped", "untrusted")},
             "risk_counts": {kind: self.risk_counts[kind] for kind in RISK_KINDS if self.risk_counts[kind]},
@@ -211,16 +214,19 @@ class ImplementationSummary:
 
 
 def _budget_note(s: ImplementationSummary, budget_s) -> str:
-    """How the drawn phase ended against --gate-budget. A case in flight always finishes, so the
-    phase can end past the budget by one case (a Triton compile of a large autotune config took
-    29 s on an H200): the table says so rather than hide it."""
+    """How the drawn phase ended against --gate-budget. On a GPU a launch stops waiting for its
+    Triton compile at the budget's end (oracles/platform/compile_deadline.py) and that case is left
+    unjudged; the rest of a case in flight (the kernel, the oracle, the checks) finishes, so the
+    phase can still end a little past the budget: the table says so rather than hide it."""
     if not budget_s:
         return ""
     if not s.budget_exhausted:
         return f" (within budget {budget_s:g} s)"
     over = s.seconds.get("fuzz", 0.0) - budget_s
     past = f"; the last case in flight ended {over:.0f} s past it" if over >= 1 else ""
-    return f" (budget {budget_s:g} s reached: stopped after {s.examples.get('fuzz', 0)}{past})"
+    left = (f"; {s.abandoned} case(s) still compiling at the budget's end left unjudged (the compile goes on "
+            f"in the background)") if s.abandoned else ""
+    return f" (budget {budget_s:g} s reached: stopped after {s.examples.get('fuzz', 0)}{past}{left})"
 
 
 def render_table(s: ImplementationSummary, budget_s) -> str:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+import time
 from pathlib import Path
 
 import jsonschema
@@ -469,6 +470,57 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
     assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2 and fuzz.tally.seconds == 20.0
 
 
+@pytest.mark.parametrize("wrapper", ["lets_it_through", "swallows_it"])
+def test_a_compile_still_running_at_the_budget_leaves_its_case_unjudged(request, run_options, monkeypatch, wrapper):
+    """On a GPU a drawn case's launch waits for its Triton compile only until the budget's end
+    (an autotuned hc_head's 29 s compile took the drawn phase 21 s past a 30 s budget). The
+    kernel here stands in for a launch: it waits through the active AsyncCompileMode's executor
+    on a 'compile' of 5 s. With a 1 s budget the case is left unjudged at 1 s, not 5 s, the
+    tally counts it, and the table says so; a wrapper that swallows the exception (a bare except
+    around the launch) gets no verdict either, since its output is not the pick's."""
+    import oracles.gate.fuzz as gate_fuzz
+    from triton.runtime._async_compile import active_mode
+    from oracles.gate.fuzz import Fuzz
+    from oracles.gate.report import ImplementationSummary, render_table
+    from oracles.harness.differential import RunOptions
+    from oracles.submission.loader import Implementation, bundled_implementations
+    from strategies.hc_head import judge_cases
+    monkeypatch.setattr(gate_fuzz, "interpreted", lambda: False)  # the deadline is a GPU's; the mechanism is not
+    impl = bundled_implementations("hc_head")[0]
+
+    def compiles_for_five_seconds(**inputs):
+        try:
+            active_mode.get().executor.submit(time.sleep, 5.0).result()
+        except BaseException:
+            if wrapper == "lets_it_through":
+                raise
+        return impl.fn(**inputs)
+    slow = Implementation(op="hc_head", name="slow.py", fn=compiles_for_five_seconds)
+    case = judge_cases(run_options.device)[0]
+    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=1.0, case_timeout_s=None, kind="fuzz")
+    started = time.monotonic()
+    assert fuzz.check(case, slow) is None
+    assert time.monotonic() - started < 3.0
+    assert fuzz.tally.abandoned == 1 and fuzz.tally.examples == 0 and fuzz.tally.budget_exhausted
+    assert active_mode.get() is None  # the mode is left, the background compile goes on
+    summary = ImplementationSummary("hc_head", "slow.py")
+    summary.merge_tally(fuzz.tally.to_json(), passed=True)
+    assert "1 case(s) still compiling at the budget's end left unjudged" in render_table(summary, 1.0)
+
+
+def test_outside_a_deadline_a_launch_waits_for_its_compile_as_long_as_it_takes():
+    """The deadline binds only inside its block: a compile given up on is still waited for by a
+    later launch of the same kernel outside it (a judge case), and its result is the compile's."""
+    from triton.runtime._async_compile import active_mode
+    from oracles.platform.compile_deadline import CompileOverBudget, compile_deadline, deadline_fired
+    with pytest.raises(CompileOverBudget), compile_deadline(time.monotonic() + 0.2):
+        future = active_mode.get().executor.submit(lambda: (time.sleep(1.0), "compiled")[1])
+        quick = active_mode.get().executor.submit(lambda: "cached")
+        assert quick.result() == "cached" and not deadline_fired()
+        future.result()
+    assert future.result() == "compiled" and active_mode.get() is None and not deadline_fired()
+
+
 def test_the_table_says_when_the_case_in_flight_ended_past_the_budget():
     """A case in flight finishes (a large autotune config compiled for 29 s on an H200): the table
     gives the drawn phase's own time and how far past the budget it ended, and the report's
@@ -480,7 +532,7 @@ def test_the_table_says_when_the_case_in_flight_ended_past_the_budget():
     table = render_table(summary, 30.0)
     assert "examples: 22 drawn (2391 rows) in 51 s (budget 30 s reached: stopped after 22; the last case in " \
            "flight ended 21 s past it)" in table, table
-    assert summary.to_json(30.0)["budget"] == {"seconds": 30.0, "exhausted": True, "drawn_s": 51.3}
+    assert summary.to_json(30.0)["budget"] == {"seconds": 30.0, "exhausted": True, "drawn_s": 51.3, "abandoned": 0}
     on_time = ImplementationSummary("hc_head", "k.py")
     on_time.merge_tally(Tally("hc_head", "k.py", "fuzz", examples=3, budget_exhausted=True, seconds=29.6).to_json(),
                         passed=True)
