@@ -139,6 +139,13 @@ def listed(indices: torch.Tensor, describe, total: int | None = None) -> str:
     return "; ".join(shown) + more
 
 
+def on_device(like: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """t detached on `like`'s device: the checks compare where the reference lives (on a GPU, a
+    judge-sized hc_head case is 235M float64 values a tensor, seconds to copy and compare on the
+    host); a kernel output on another device is moved, its contract check says so."""
+    return t.detach().to(like.device)
+
+
 def contract_check(name: str, out, *, shape, dtype, device) -> Check | None:
     """Shape, dtype and device of one output; None when it is right."""
     if not isinstance(out, torch.Tensor):
@@ -160,7 +167,7 @@ def _explained_kinds(bad: torch.Tensor, explained: Mapping[str, torch.Tensor] | 
     `explained` mask covers (the first kind that covers an element takes it)."""
     unexplained, by_kind = bad.clone(), {}
     for kind, mask in (explained or {}).items():
-        covered = unexplained & mask.cpu().expand_as(bad)
+        covered = unexplained & mask.to(bad.device).expand_as(bad)
         if bool(covered.any()):
             by_kind[kind] = covered
             unexplained &= ~covered
@@ -189,8 +196,9 @@ def specials_check(name: str, kernel: torch.Tensor, reference: torch.Tensor, *,
     `explained` maps a risk kind to the elements where a different special value is explained by
     it (e.g. `degenerate`: the float32 reference's own normalizer underflowed, so NaN and finite
     both follow from valid float32 orders of operations): a mismatch there is a risk, not a failure."""
-    k, r = kernel.detach().cpu().double(), reference.detach().cpu().double()
-    inf_skip = ambiguous_inf.cpu() if ambiguous_inf is not None else torch.zeros_like(k, dtype=torch.bool)
+    r = reference.detach().double()
+    k = on_device(r, kernel).double()
+    inf_skip = on_device(r, ambiguous_inf) if ambiguous_inf is not None else torch.zeros_like(k, dtype=torch.bool)
     nan_wrong = k.isnan() != r.isnan()
     inf_wrong = (k.isinf() | r.isinf()) & (k != r) & ~k.isnan() & ~r.isnan() & ~inf_skip
 
@@ -224,10 +232,8 @@ def bounded_check(check: str, name: str, kernel: torch.Tensor, oracle: torch.Ten
     condition gives): those are reported as a risk of that kind, the rest as a failure. The
     message lists the worst elements by err/allowed.
     """
-    k = kernel.detach().cpu().double()
-    o = oracle.detach().cpu().double()
-    r = reference.detach().cpu().double()
-    a = allowed.detach().cpu().double()
+    r = reference.detach().double()
+    k, o, a = (on_device(r, t).double() for t in (kernel, oracle, allowed))
     finite = k.isfinite() & o.isfinite() & r.isfinite()
     err = (k - o).abs()
     bad = finite & ~(err <= a)
@@ -308,7 +314,7 @@ def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Te
         if ref.is_floating_point():
             atol, rtol = judge_tolerance(tolerance_dtype or ref.dtype)
             try:
-                torch.testing.assert_close(out.detach().float().cpu(), ref.detach().float().cpu(),
+                torch.testing.assert_close(on_device(ref, out).float(), ref.detach().float(),
                                            atol=atol, rtol=rtol, equal_nan=False)
             except AssertionError as e:
                 text = f"{name} (atol {atol}, rtol {rtol}): " + " ".join(str(e).split())
@@ -317,8 +323,8 @@ def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Te
                     problems.append(text)
                 else:
                     risks.append((kind, text))
-        elif not torch.equal(out.detach().cpu(), ref.detach().cpu()):
-            diff = (out.detach().cpu() != ref.detach().cpu()).flatten().nonzero().flatten()
+        elif not torch.equal(on_device(ref, out), ref.detach()):
+            diff = (on_device(ref, out) != ref.detach()).flatten().nonzero().flatten()
             problems.append(f"{name}: {diff.numel()} element(s) differ (exact match required), first at "
                             f"{index_str(int(diff[0]), tuple(ref.shape))}")
     also = [f"{text} (explained as {kind})" for kind, text in risks]
@@ -336,14 +342,15 @@ def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Te
 def _explaining_kind(name, out, ref, atol, rtol, rounding_allowed, explained) -> str | None:
     """The risk kind that explains every element the judge rejects (the first that explains any,
     op-specific kinds before ill-conditioning), or None when some rejected element is unexplained."""
-    o, r = out.detach().cpu().double(), ref.detach().cpu().double()
+    r = ref.detach().double()
+    o = on_device(r, out).double()
     close = (o == r) | ((o - r).abs() <= atol + rtol * r.abs())  # NaN on either side: not close
     left = ~close
     first = None
-    masks = [(kind, by_name[name].cpu().expand_as(left)) for kind, by_name in (explained or {}).items()
+    masks = [(kind, on_device(r, by_name[name]).expand_as(left)) for kind, by_name in (explained or {}).items()
              if name in by_name]
     if rounding_allowed is not None and name in rounding_allowed:
-        a = rounding_allowed[name].detach().cpu().double()
+        a = on_device(r, rounding_allowed[name]).double()
         masks.append((ILL_CONDITIONED, o.isfinite() & r.isfinite() & ((o - r).abs() <= a)))
     for kind, mask in masks:
         if bool((left & mask).any()):
