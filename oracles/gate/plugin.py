@@ -5,6 +5,7 @@ fails (minimize, write a fixture, say how to replay). The verdict table is oracl
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
 import io
 import os
@@ -51,6 +52,10 @@ def pytest_addoption(parser):
     group.addoption("--gate-budget", type=float, default=None, metavar="SECONDS",
                     help="fuzzing time per property test and implementation; past it the test stops "
                          "drawing cases and the verdict table says how far it got (default: no limit)")
+    group.addoption("--gate-shards", type=positive_int, default=None, metavar="N",
+                    help="draw cases in N property tests at once, each in its own xdist worker for the whole "
+                         "--gate-budget (default: on a GPU under the gate profile, half the cores up to 8, "
+                         "with two more workers for the other tests; else 1)")
     group.addoption("--gate-report", default=None, metavar="PATH",
                     help="also write the verdict tables as JSON (schema: oracles/gate/report.schema.json)")
     group.addoption("--keep-tmp", action="store_true",
@@ -73,9 +78,8 @@ def pytest_cmdline_main(config):
     """Gate runs (--kernel) execute in one xdist worker unless -n says otherwise: a kernel that
     segfaults or corrupts the heap then kills a worker, which xdist replaces, and the case it
     was running still gets a verdict (see pytest_handlecrashitem)."""
-    if config.getoption("kernel") and config.getoption("numprocesses", None) is None \
-            and config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
-        config.option.numprocesses = 1
+    if config.getoption("kernel") and not hasattr(config, "workerinput"):
+        decide_gate_shards(config)
     # xdist stops replacing crashed workers after 4 restarts a worker; a kernel that crashes on
     # every call would then leave most of the gate unrun. A gate replaces every crashed worker.
     if config.getoption("kernel") and getattr(config.option, "maxworkerrestart", "unset") is None:
@@ -91,6 +95,43 @@ def pytest_cmdline_main(config):
             expression = (config.getoption(option, "") or "").lstrip()
             if expression:
                 _parse_expression(expression, f"Wrong expression passed to '{flag}'")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+SHARDS_ENV = "_TRITONFUZZ_GATE_SHARDS"  # the controller's decision; workers inherit it and collect alike
+
+
+def decide_gate_shards(config) -> None:
+    """How many property tests draw at once in a gate, and the xdist workers (-n) when the user
+    gave none. The compiles a drawn case needs run on the CPU, one process each, so a GPU gate
+    drawing in one process left the GPU and 15 of 16 cores idle (1.3-3.3 examples/s an op, H200,
+    2026-12-02). Each shard draws its own cases (a derandomized profile would draw the same ones
+    in every shard: one shard then) for the whole budget. Without xdist, or on the CPU tier (2
+    cores, the interpreter), one shard in one worker as before."""
+    xdist = config.pluginmanager.hasplugin("xdist")
+    workers = config.getoption("numprocesses", None) if xdist else 0
+    shards = config.getoption("gate_shards")
+    if shards is None:
+        profile = config.getoption("hypothesis_profile", None) or profiles.GATE_PROFILE
+        derandomized = settings.get_profile(profile).derandomize
+        room = workers - 2 if isinstance(workers, int) else 8  # -n N: two workers stay for the other tests
+        shards = max(1, min(8, (os.cpu_count() or 1) // 2, room)) if gpu_available() and not derandomized else 1
+    if workers is None and xdist:
+        config.option.numprocesses = 1 if shards == 1 else shards + 2
+    os.environ[SHARDS_ENV] = str(shards)
+
+
+def gate_shards() -> int:
+    return int(os.environ.get(SHARDS_ENV) or 1)
 
 
 def dump_stacks_on_sigusr1() -> None:
@@ -254,6 +295,11 @@ def pytest_generate_tests(metafunc):
     for op in ops_under_test(metafunc.config):
         spec, marks = OPS[op], [getattr(pytest.mark, op)]
         impls = implementations_under_test(metafunc.config, op)
+        if which is None and marker.kwargs.get("shards"):
+            shards = gate_shards()
+            params += [pytest.param(impl, shard, id=f"{op}-{impl.name}" + (f"-shard{shard}" if shards > 1 else ""),
+                                    marks=marks) for impl in impls for shard in range(shards)]
+            continue
         if which is None:
             params += [pytest.param(impl, id=f"{op}-{impl.name}", marks=marks) for impl in impls]
             continue
@@ -261,7 +307,7 @@ def pytest_generate_tests(metafunc):
             label = case.label.replace(" ", "-")
             gpu_only = [] if spec.runs_on_cpu(case) else [pytest.mark.gpu]
             params += [pytest.param(case, impl, id=f"{label}-{impl.name}", marks=marks + gpu_only) for impl in impls]
-    names = "implementation" if which is None else "case,implementation"
+    names = "case,implementation" if which else "implementation,shard" if marker.kwargs.get("shards") else "implementation"
     if not params:
         params = [pytest.param(*([None] * len(names.split(","))), id="none",
                                marks=pytest.mark.skip(reason=f"no {which or 'implementation'} cases"))]

@@ -153,7 +153,10 @@ class ImplementationSummary:
             add_refusal(self.unsupported, entry)
         self.budget_exhausted |= tally["budget_exhausted"]
         self.abandoned += tally.get("abandoned", 0)
-        self.seconds[tally["kind"]] += tally.get("seconds", 0.0)
+        # Drawn cases: the longest test's time, not the sum; a gate's shards draw at once, each
+        # for the whole budget. The judge's and fixtures' cases: the sum.
+        kind, seconds = tally["kind"], tally.get("seconds", 0.0)
+        self.seconds[kind] = max(self.seconds[kind], seconds) if kind == "fuzz" else self.seconds[kind] + seconds
         if tally["kind"] == "judge":
             untrusted = any(counts.get(UNTRUSTED) for counts in tally["checks"].values())
             self.judge_official["failed" if not passed else "untrusted" if untrusted else "passed"] += 1

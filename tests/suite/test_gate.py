@@ -521,6 +521,24 @@ def test_outside_a_deadline_a_launch_waits_for_its_compile_as_long_as_it_takes()
     assert future.result() == "compiled" and active_mode.get() is None and not deadline_fired()
 
 
+def test_the_drawn_phase_runs_in_shards_at_once(tmp_path):
+    """--gate-shards 2 -n 2 under the gate profile (random draws): two property tests draw at once,
+    each for the whole budget. Both run, the table adds up their cases, and the drawn phase's time
+    is the longer shard's (about the budget), not the sum (about twice it)."""
+    kernel = tmp_path / "my_hc_head.py"
+    shutil.copy(HC_HEAD, kernel)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--gate-shards", "2", "-n", "2",
+                           "--gate-budget", "8", "--gate-report", str(report), "--regressions-dir", str(tmp_path / "reg"),
+                           "-p", "no:cacheprovider", "-q", "-k", "agrees", "tests/kernel/test_ops.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=on_the_cpu())
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    (impl,) = json.loads(report.read_text())["implementations"]
+    assert impl["tests"]["ran"] == 2 and impl["examples"]["fuzz"] >= 2, (impl["tests"], impl["examples"])
+    assert 0 < impl["budget"]["drawn_s"] <= 8 * 1.3, impl["budget"]
+
+
 def test_the_table_says_when_the_case_in_flight_ended_past_the_budget():
     """A case in flight finishes (a large autotune config compiled for 29 s on an H200): the table
     gives the drawn phase's own time and how far past the budget it ended, and the report's
