@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import settings
+from hypothesis.errors import InvalidArgument
 
 from oracles.gate import accounting, profiles
 from oracles.gate.fuzz import (FAILURES, KERNELS, MINIMIZE_ERRORS, ROOT, Fuzz, _suite_errors,
@@ -122,7 +123,10 @@ def decide_gate_shards(config) -> None:
     shards = config.getoption("gate_shards")
     if shards is None:
         profile = config.getoption("hypothesis_profile", None) or profiles.GATE_PROFILE
-        derandomized = settings.get_profile(profile).derandomize
+        try:
+            derandomized = settings.get_profile(profile).derandomize
+        except InvalidArgument:  # a profile registered later (the engine's): it runs its own workers
+            derandomized = True
         room = workers - 2 if isinstance(workers, int) else 8  # -n N: two workers stay for the other tests
         shards = max(1, min(8, (os.cpu_count() or 1) // 2, room)) if gpu_available() and not derandomized else 1
     if workers is None and xdist:
@@ -283,6 +287,16 @@ def ops_under_test(config) -> list[str]:
     return list(config.stash[KERNELS]) or list(OPS)
 
 
+def sharded(metafunc) -> bool:
+    """A property over drawn cases (a Hypothesis test taking `fuzz`) runs in --gate-shards shards
+    when there are several. The shard reaches it through the `fuzz` fixture, not its signature:
+    a derandomized profile seeds a property from its source and signature, and the ci profile's
+    cases must stay those the suite's claims were measured on. With one shard nothing is
+    parametrized (HypoFuzz skipped the property when its `shard` fixture was)."""
+    return gate_shards() > 1 and "shard" in metafunc.fixturenames and \
+        getattr(metafunc.function, "is_hypothesis_test", False)
+
+
 def pytest_generate_tests(metafunc):
     """A test marked `implementations` runs against every implementation under test of every op
     under test; with cases="judge" or "model", once per such case of the implementation's op
@@ -295,10 +309,9 @@ def pytest_generate_tests(metafunc):
     for op in ops_under_test(metafunc.config):
         spec, marks = OPS[op], [getattr(pytest.mark, op)]
         impls = implementations_under_test(metafunc.config, op)
-        if which is None and marker.kwargs.get("shards"):
-            shards = gate_shards()
-            params += [pytest.param(impl, shard, id=f"{op}-{impl.name}" + (f"-shard{shard}" if shards > 1 else ""),
-                                    marks=marks) for impl in impls for shard in range(shards)]
+        if which is None and sharded(metafunc):
+            params += [pytest.param(impl, shard, id=f"{op}-{impl.name}-shard{shard}", marks=marks)
+                       for impl in impls for shard in range(gate_shards())]
             continue
         if which is None:
             params += [pytest.param(impl, id=f"{op}-{impl.name}", marks=marks) for impl in impls]
@@ -307,7 +320,7 @@ def pytest_generate_tests(metafunc):
             label = case.label.replace(" ", "-")
             gpu_only = [] if spec.runs_on_cpu(case) else [pytest.mark.gpu]
             params += [pytest.param(case, impl, id=f"{label}-{impl.name}", marks=marks + gpu_only) for impl in impls]
-    names = "case,implementation" if which else "implementation,shard" if marker.kwargs.get("shards") else "implementation"
+    names = "case,implementation" if which else "implementation,shard" if sharded(metafunc) else "implementation"
     if not params:
         params = [pytest.param(*([None] * len(names.split(","))), id="none",
                                marks=pytest.mark.skip(reason=f"no {which or 'implementation'} cases"))]
@@ -372,7 +385,13 @@ def beyond_int32(request, run_options):
     return need_bytes
 
 @pytest.fixture
-def fuzz(request, run_options) -> Fuzz:
+def shard() -> int:
+    """Which of a property's --gate-shards this is (parametrized by pytest_generate_tests)."""
+    return 0
+
+
+@pytest.fixture
+def fuzz(request, run_options, shard) -> Fuzz:
     skip_if_device_lost()
     config = request.config
     return Fuzz(request.node, run_options, budget_s=config.getoption("gate_budget"),

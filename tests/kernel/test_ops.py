@@ -9,12 +9,11 @@ from hypothesis import strategies as st
 from oracles.ops import OPS
 
 
-@pytest.mark.implementations(shards=True)
+@pytest.mark.implementations
 @given(data=st.data())
-def test_kernel_agrees_with_oracle_and_reference(data, implementation, shard, fuzz, run_options):
+def test_kernel_agrees_with_oracle_and_reference(data, implementation, fuzz, run_options):
     """contract, specials, accuracy against oracle64, index validity (ties in any order), and the
-    judge's check (a different tie order is a risk), on drawn cases. A gate on a GPU runs several
-    shards of it at once (--gate-shards), each drawing its own cases."""
+    judge's check (a different tie order is a risk), on drawn cases."""
     spec = OPS[implementation.op]
     case = data.draw(spec.cases(**spec.sizes[run_options.device]), label="case")
     fuzz.check(case, implementation)

@@ -475,7 +475,7 @@ def test_a_compile_still_running_at_the_budget_leaves_its_case_unjudged(request,
     """On a GPU a drawn case's launch waits for its Triton compile only until the budget's end
     (an autotuned hc_head's 29 s compile took the drawn phase 21 s past a 30 s budget). The
     kernel here stands in for a launch: it waits through the active AsyncCompileMode's executor
-    on a 'compile' of 5 s. With a 1 s budget the case is left unjudged at 1 s, not 5 s, the
+    on a 'compile' of 10 s. With a 1 s budget the case is left unjudged after 1 s, not 10 s, the
     tally counts it, and the table says so; a wrapper that swallows the exception (a bare except
     around the launch) gets no verdict either, since its output is not the pick's."""
     import oracles.gate.fuzz as gate_fuzz
@@ -490,7 +490,7 @@ def test_a_compile_still_running_at_the_budget_leaves_its_case_unjudged(request,
 
     def compiles_for_five_seconds(**inputs):
         try:
-            active_mode.get().executor.submit(time.sleep, 5.0).result()
+            active_mode.get().executor.submit(time.sleep, 10.0).result()
         except BaseException:
             if wrapper == "lets_it_through":
                 raise
@@ -500,7 +500,7 @@ def test_a_compile_still_running_at_the_budget_leaves_its_case_unjudged(request,
     fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=1.0, case_timeout_s=None, kind="fuzz")
     started = time.monotonic()
     assert fuzz.check(case, slow) is None
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 7.0  # the budget (1 s) and, swallowed, the kernel's own run: not the 10 s compile
     assert fuzz.tally.abandoned == 1 and fuzz.tally.examples == 0 and fuzz.tally.budget_exhausted
     assert active_mode.get() is None  # the mode is left, the background compile goes on
     summary = ImplementationSummary("hc_head", "slow.py")
