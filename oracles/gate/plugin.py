@@ -55,8 +55,7 @@ def pytest_addoption(parser):
                          "drawing cases and the verdict table says how far it got (default: no limit)")
     group.addoption("--gate-shards", type=positive_int, default=None, metavar="N",
                     help="draw cases in N property tests at once, each in its own xdist worker for the whole "
-                         "--gate-budget (default: on a GPU under the gate profile, half the cores up to 8, "
-                         "with two more workers for the other tests; else 1)")
+                         "--gate-budget (default 1; with N > 1 and no -n, N + 2 workers)")
     group.addoption("--gate-report", default=None, metavar="PATH",
                     help="also write the verdict tables as JSON (schema: oracles/gate/report.schema.json)")
     group.addoption("--keep-tmp", action="store_true",
@@ -112,26 +111,33 @@ SHARDS_ENV = "_TRITONFUZZ_GATE_SHARDS"  # the controller's decision; workers inh
 
 
 def decide_gate_shards(config) -> None:
-    """How many property tests draw at once in a gate, and the xdist workers (-n) when the user
-    gave none. The compiles a drawn case needs run on the CPU, one process each, so a GPU gate
-    drawing in one process left the GPU and 15 of 16 cores idle (1.3-3.3 examples/s an op, H200,
-    2026-12-02). Each shard draws its own cases (a derandomized profile would draw the same ones
-    in every shard: one shard then) for the whole budget. Without xdist, or on the CPU tier (2
-    cores, the interpreter), one shard in one worker as before."""
+    """How many property tests draw at once in a gate (--gate-shards, default 1), and the xdist
+    workers (-n) when the user gave none: one, or the shards and two more for the other tests.
+
+    Why shards: a drawn case's Triton compiles run on the CPU, one process each, so a GPU gate
+    drawing in one process leaves the GPU and most cores idle. Eight shards drew 485 cases
+    (359,486 rows) of a public hc_head in a 30 s budget where one drew 132 (137,803), H200,
+    2026-12-02. Why not by default yet: that gate's whole run took longer (past 110 s against 96 s),
+    since ten workers start at once and the tests queued behind a worker that a device fault ended
+    wait for its replacement; tests/results/2026-12-02-h200-shards.md. Each shard draws its own
+    cases for the whole budget; under a derandomized profile every shard would draw the same ones."""
     xdist = config.pluginmanager.hasplugin("xdist")
     workers = config.getoption("numprocesses", None) if xdist else 0
-    shards = config.getoption("gate_shards")
-    if shards is None:
-        profile = config.getoption("hypothesis_profile", None) or profiles.GATE_PROFILE
-        try:
-            derandomized = settings.get_profile(profile).derandomize
-        except InvalidArgument:  # a profile registered later (the engine's): it runs its own workers
-            derandomized = True
-        room = workers - 2 if isinstance(workers, int) else 8  # -n N: two workers stay for the other tests
-        shards = max(1, min(8, (os.cpu_count() or 1) // 2, room)) if gpu_available() and not derandomized else 1
+    shards = config.getoption("gate_shards") or 1
+    if shards > 1 and _derandomized(config):
+        raise pytest.UsageError(f"--gate-shards {shards}: the Hypothesis profile draws the same cases in every "
+                                f"shard (derandomize=True); use the gate profile or --gate-shards 1")
     if workers is None and xdist:
         config.option.numprocesses = 1 if shards == 1 else shards + 2
     os.environ[SHARDS_ENV] = str(shards)
+
+
+def _derandomized(config) -> bool:
+    profile = config.getoption("hypothesis_profile", None) or profiles.GATE_PROFILE
+    try:
+        return settings.get_profile(profile).derandomize
+    except InvalidArgument:  # a profile registered later (the engine's): not a gate's
+        return False
 
 
 def gate_shards() -> int:

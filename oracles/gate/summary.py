@@ -36,6 +36,7 @@ class GateSummary:
         if impl is not None:
             s = self.summary(*impl)
             s.elapsed_s += report.duration
+            s.note_span(getattr(report, "start", None), getattr(report, "stop", None))
             suite_only = report.failed and any(n == "tritonfuzz_suite_error" for n, _ in report.user_properties) \
                 and not any(n == "tritonfuzz_fixture" for n, _ in report.user_properties)
             if report.failed and not suite_only and report.when != "setup":  # a setup error: the suite's, below

@@ -539,6 +539,28 @@ def test_the_drawn_phase_runs_in_shards_at_once(tmp_path):
     assert 0 < impl["budget"]["drawn_s"] <= 8 * 1.3, impl["budget"]
 
 
+def test_shards_under_a_derandomized_profile_are_a_usage_error(tmp_path):
+    """Every shard of a derandomized profile draws the same cases: a one-line usage error (exit 4)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={HC_HEAD}", "--gate-shards", "2",
+                           "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=on_the_cpu())
+    assert done.returncode == 4, (done.stdout + done.stderr)[-2000:]
+    assert "--gate-shards 2: the Hypothesis profile draws the same cases in every shard" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_the_table_gives_the_wall_time_when_tests_overlap():
+    """Tests of one implementation in several workers overlap: the table and the report give the
+    span from the first start to the last end (40 s), not the summed durations (65 s)."""
+    from oracles.gate.report import ImplementationSummary, render_table
+    summary = ImplementationSummary("hc_head", "k.py")
+    for start, stop in ((100.0, 130.0), (105.0, 140.0)):
+        summary.elapsed_s += stop - start
+        summary.note_span(start, stop)
+    assert summary.wall_s == 40.0 and summary.to_json(None)["elapsed_s"] == 40.0
+    assert render_table(summary, None).startswith("hc_head / k.py: NOT RUN  (40.0 s)")
+
+
 def test_the_table_says_when_the_case_in_flight_ended_past_the_budget():
     """A case in flight finishes (a large autotune config compiled for 29 s on an H200): the table
     gives the drawn phase's own time and how far past the budget it ended, and the report's
