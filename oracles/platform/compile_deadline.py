@@ -20,7 +20,6 @@ to do still waits for it at its exit (concurrent.futures joins its threads).
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 
@@ -67,8 +66,9 @@ class _DeadlineExecutor:
 def _executor() -> ThreadPoolExecutor:
     global _EXECUTOR
     if _EXECUTOR is None:
-        # Several threads: a compile given up on must not hold up the next case's compiles.
-        _EXECUTOR = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="tritonfuzz-compile")
+        # Several threads, whatever the cores: a compile given up on (it goes on) must not hold up
+        # the next case's compiles, and a compile mostly waits (ptxas, LLVM without the GIL).
+        _EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tritonfuzz-compile")
     return _EXECUTOR
 
 
