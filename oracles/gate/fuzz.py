@@ -133,8 +133,10 @@ class Fuzz:
         return self.record(case, implementation, verdict)
 
     def deadline(self) -> float | None:
-        """When a drawn case's launches stop waiting for a Triton compile: the end of the budget."""
-        if self.kind != "fuzz" or self.budget_s is None:
+        """When a drawn case's launches stop waiting for a Triton compile: the end of the budget.
+        Drawn cases only (inside a Hypothesis test): a fixed case (a model configuration) is
+        judged however long its compile takes."""
+        if self.kind != "fuzz" or self.budget_s is None or not currently_in_test_context():
             return None
         return self.started + self.budget_s
 

@@ -470,42 +470,76 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
     assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2 and fuzz.tally.seconds == 20.0
 
 
+def _compiling_kernel(seconds: float, *, swallow: bool):
+    """A bundled hc_head whose call first waits, through the active AsyncCompileMode's executor,
+    on a 'compile' of `seconds` (a launch of a new specialization); with `swallow`, a bare except
+    around it, as a wrapper with a fallback would have."""
+    from triton.runtime._async_compile import active_mode
+    from oracles.submission.loader import Implementation, bundled_implementations
+    impl = bundled_implementations("hc_head")[0]
+
+    def compiles(**inputs):
+        mode = active_mode.get()
+        try:
+            if mode is not None:
+                mode.executor.submit(time.sleep, seconds).result()
+            else:
+                time.sleep(seconds)  # no deadline block: the launch compiles in line
+        except BaseException:
+            if not swallow:
+                raise
+        return impl.fn(**inputs)
+    return Implementation(op="hc_head", name="slow.py", fn=compiles)
+
+
 @pytest.mark.parametrize("wrapper", ["lets_it_through", "swallows_it"])
 def test_a_compile_still_running_at_the_budget_leaves_its_case_unjudged(request, run_options, monkeypatch, wrapper):
     """On a GPU a drawn case's launch waits for its Triton compile only until the budget's end
-    (an autotuned hc_head's 29 s compile took the drawn phase 21 s past a 30 s budget). The
-    kernel here stands in for a launch: it waits through the active AsyncCompileMode's executor
-    on a 'compile' of 10 s. With a 1 s budget the case is left unjudged after 1 s, not 10 s, the
-    tally counts it, and the table says so; a wrapper that swallows the exception (a bare except
-    around the launch) gets no verdict either, since its output is not the pick's."""
+    (an autotuned hc_head's 29 s compile took the drawn phase 21 s past a 30 s budget). Here a
+    drawn case (inside a Hypothesis test) whose 'compile' takes 10 s, with a 1 s budget: left
+    unjudged after 1 s, not 10 s; the tally counts it and the table says so. A wrapper that
+    swallows the exception gets no verdict either, since its output is not the pick's."""
     import oracles.gate.fuzz as gate_fuzz
+    from hypothesis import given, settings, strategies as st
     from triton.runtime._async_compile import active_mode
     from oracles.gate.fuzz import Fuzz
     from oracles.gate.report import ImplementationSummary, render_table
     from oracles.harness.differential import RunOptions
-    from oracles.submission.loader import Implementation, bundled_implementations
     from strategies.hc_head import judge_cases
     monkeypatch.setattr(gate_fuzz, "interpreted", lambda: False)  # the deadline is a GPU's; the mechanism is not
-    impl = bundled_implementations("hc_head")[0]
-
-    def compiles_for_five_seconds(**inputs):
-        try:
-            active_mode.get().executor.submit(time.sleep, 10.0).result()
-        except BaseException:
-            if wrapper == "lets_it_through":
-                raise
-        return impl.fn(**inputs)
-    slow = Implementation(op="hc_head", name="slow.py", fn=compiles_for_five_seconds)
+    slow = _compiling_kernel(10.0, swallow=wrapper == "swallows_it")
     case = judge_cases(run_options.device)[0]
     fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=1.0, case_timeout_s=None, kind="fuzz")
+    verdicts = []
+
+    @settings(max_examples=1, database=None, deadline=None)
+    @given(st.just(case))
+    def drawn(c):
+        verdicts.append(fuzz.check(c, slow))
     started = time.monotonic()
-    assert fuzz.check(case, slow) is None
+    drawn()
+    assert verdicts == [None]
     assert time.monotonic() - started < 7.0  # the budget (1 s) and, swallowed, the kernel's own run: not the 10 s compile
     assert fuzz.tally.abandoned == 1 and fuzz.tally.examples == 0 and fuzz.tally.budget_exhausted
     assert active_mode.get() is None  # the mode is left, the background compile goes on
     summary = ImplementationSummary("hc_head", "slow.py")
     summary.merge_tally(fuzz.tally.to_json(), passed=True)
     assert "1 case(s) still compiling at the budget's end left unjudged" in render_table(summary, 1.0)
+
+
+def test_a_fixed_case_waits_for_its_compile_whatever_the_budget(request, run_options, monkeypatch):
+    """A model configuration (a fixed case, kind fuzz, outside Hypothesis) is judged however long
+    its compile takes: the deadline is for drawn cases only (an autotuned kernel's model-sized
+    compile would otherwise never be judged under a short budget)."""
+    import oracles.gate.fuzz as gate_fuzz
+    from oracles.gate.fuzz import Fuzz
+    from oracles.harness.differential import RunOptions
+    from strategies.hc_head import judge_cases
+    monkeypatch.setattr(gate_fuzz, "interpreted", lambda: False)
+    case = judge_cases(run_options.device)[0]
+    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=0.5, case_timeout_s=None, kind="fuzz")
+    verdict = fuzz.check(case, _compiling_kernel(2.0, swallow=False))
+    assert verdict is not None and not verdict.failures() and fuzz.tally.examples == 1 and fuzz.tally.abandoned == 0
 
 
 def test_outside_a_deadline_a_launch_waits_for_its_compile_as_long_as_it_takes():
