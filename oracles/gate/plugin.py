@@ -23,6 +23,7 @@ from oracles.gate import accounting, profiles
 from oracles.gate.fuzz import (FAILURES, KERNELS, MINIMIZE_ERRORS, ROOT, Fuzz, _suite_errors,
                                is_custom_root, kernel_option_for, skip_if_device_lost, strict)
 from oracles.gate.summary import GateSummary
+from oracles.gate.worker_exit import BoundedWorkerExit
 from oracles.harness.differential import RunOptions
 from oracles.harness.failures import Failure, minimized, record_fixture
 from oracles.harness.inflight import inflight_dir
@@ -192,6 +193,7 @@ def pytest_configure(config):
     freeze_hypothesis_local_constants()
     if not hasattr(config, "workerinput"):  # the controller (or a plain run) sums up
         config.pluginmanager.register(GateSummary(config), "tritonfuzz-gate-summary")
+        config.pluginmanager.register(BoundedWorkerExit(config), "tritonfuzz-worker-exit")
     if kernels and config.getoption("hypothesis_profile", None) is None:
         settings.load_profile(profiles.GATE_PROFILE)
 
