@@ -413,15 +413,17 @@ def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_p
     bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=max_bulk, drawn_rows=M),
                 label="bulk rows") \
         if bulk_pool and max_bulk >= 1 else 0
+    drawn_features = case_features(scores, bias, options)  # of the drawn rows: the bulk is a seeded background
     if bulk:
         scores = torch.cat([scores, bulk_rows(bulk, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring=scoring,
                                               softcap=softcap, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
+        drawn_features.discard("M=0")
 
     layout = Layout() if judge_form else draw(layouts(), label="scores_layout")
     bias_layout = draw(st.sampled_from((Layout(), Layout("offset", 3), Layout("stepped", 2))), label="bias_layout") \
         if not judge_form and draw(sometimes(6), label="bias strided?") else Layout()
     features = {f"dtype={str(dtype).split('.')[-1]}", *(f"scores={k}" for k in kinds), f"bias={bias_kind}",
-                f"scoring={scoring if scoring in SCORING else 'odd'}"} | case_features(scores, bias, options)
+                f"scoring={scoring if scoring in SCORING else 'odd'}"} | drawn_features
     if judge_form:
         features.add(JUDGE_FORM)
     if bulk:
@@ -678,7 +680,8 @@ def case_features(scores: torch.Tensor, bias: torch.Tensor, options: dict) -> se
     """Features computed from the final values (with the float32 sel the reference ranks):
     ties, boundary_tie, near_tie (sel one float32 ulp apart inside the routed slots), nan, inf,
     neg_inf, bias_nan, grouped, equal_group_max, group_tie, group_boundary_tie, epg_not_pow2,
-    KR=0, KR=1, KR=kept, KR>kept, shared, renormalize, apply_rsf, rsf=None, softcap, M=0."""
+    KR=0, KR=1, KR=kept, KR>kept, shared, renormalize, apply_rsf, rsf=None, softcap, M=0. The
+    strategy passes the drawn rows only (the bulk rows are a seeded background)."""
     M, N = scores.shape
     S, G, tg = options["num_fused_shared_experts"], options["num_expert_group"], options["topk_group"]
     KR = options["topk"] - S
