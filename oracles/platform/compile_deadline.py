@@ -10,8 +10,9 @@ waits for it only until `deadline` (time.monotonic()). Past it, the launch raise
 `CompileOverBudget`, a BaseException so that neither the kernel's wrapper (`except Exception`) nor
 run_kernel (which keeps the kernel's exceptions as verdicts) mistakes it for the kernel's error;
 the gate then leaves the case unjudged, as it leaves any case it does not start. The compile goes
-on in the background and lands in Triton's caches: a later launch of the same specialization
-(a judge case, say) waits for it rather than compiling again.
+on in the background. On Triton 3.9 a later launch of the same specialization (a judge case, say)
+waits for it; on Triton 3.6 the unfinished compile is never put in the JIT's cache, and a later
+launch compiles again.
 
 Only the waiting is bounded: the compile itself cannot be stopped, so a worker with nothing else
 to do still waits for it at its exit (concurrent.futures joins its threads).
@@ -82,9 +83,18 @@ def _deadline_mode_class():
 
     class DeadlineCompileMode(AsyncCompileMode):
         def __exit__(self, exc_type, exc_value, traceback):
-            if exc_type is None:
-                return super().__exit__(exc_type, exc_value, traceback)
-            active_mode.set(None)  # compiles still running finish in the background
+            """Never wait here (Triton's own exit waits for every compile, the one given up on
+            too, and raises a failed compile's error a second time on Triton 3.6): a compile still
+            running is left to finish in the background; a finished one is put in Triton's cache,
+            its error, which the launch that needed it already met, not raised again."""
+            active_mode.set(None)
+            for future in list(self.raw_futures):
+                kernel = self.future_kernels.get(getattr(future, "_key", None))
+                if kernel is not None and future.done():
+                    try:
+                        kernel.result()
+                    except BaseException:  # noqa: BLE001 -- the kernel's, already its verdict
+                        pass
             self.raw_futures, self.future_kernels = [], {}
             return False
 

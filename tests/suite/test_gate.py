@@ -3,6 +3,7 @@ process. A correct kernel passes with a schema-valid JSON report; a zip with a b
 file fails and names that file; a kernel that segfaults gets a verdict instead of taking the
 run down."""
 
+import inspect
 import json
 import os
 import shutil
@@ -474,10 +475,18 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
     assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2 and fuzz.tally.seconds == 20.0
 
 
+def submit_compile(mode, key: str, compile_fn, cache: dict):
+    """What Triton's JIT does for a launch needing a compile inside an AsyncCompileMode: submit it
+    under its key (the finalize callback puts the kernel in the JIT's cache; Triton 3.9 also takes
+    a cleanup callback, 3.6 does not) and get a FutureKernel, whose result() the launch waits on."""
+    extra = (lambda future_kernel: None,) if len(inspect.signature(mode.submit).parameters) >= 4 else ()
+    return mode.submit(key, compile_fn, lambda kernel: cache.setdefault(key, kernel), *extra)
+
+
 def _compiling_kernel(seconds: float, *, swallow: bool):
-    """A bundled hc_head whose call first waits, through the active AsyncCompileMode's executor,
-    on a 'compile' of `seconds` (a launch of a new specialization); with `swallow`, a bare except
-    around it, as a wrapper with a fallback would have."""
+    """A bundled hc_head whose call first launches a new specialization: a 'compile' of
+    `seconds`, submitted as Triton's JIT submits it (in line without a deadline block); with
+    `swallow`, a bare except around the launch, as a wrapper with a fallback would have."""
     from triton.runtime._async_compile import active_mode
     from oracles.submission.loader import Implementation, bundled_implementations
     impl = bundled_implementations("hc_head")[0]
@@ -486,9 +495,9 @@ def _compiling_kernel(seconds: float, *, swallow: bool):
         mode = active_mode.get()
         try:
             if mode is not None:
-                mode.executor.submit(time.sleep, seconds).result()
+                submit_compile(mode, f"spec-{seconds}", lambda: (time.sleep(seconds), "compiled")[1], {}).result()
             else:
-                time.sleep(seconds)  # no deadline block: the launch compiles in line
+                time.sleep(seconds)
         except BaseException:
             if not swallow:
                 raise
@@ -547,16 +556,42 @@ def test_a_fixed_case_waits_for_its_compile_whatever_the_budget(request, run_opt
 
 
 def test_outside_a_deadline_a_launch_waits_for_its_compile_as_long_as_it_takes():
-    """The deadline binds only inside its block: a compile given up on is still waited for by a
-    later launch of the same kernel outside it (a judge case), and its result is the compile's."""
+    """The deadline binds only inside its block, and leaving the block never waits (Triton's own
+    exit waited for every compile, the one given up on too: a 30 s budget's drawn case still
+    lasted its whole compile). A compile given up on is waited for by a later launch outside the
+    block (a judge case) on Triton 3.9, and its result is the compile's."""
     from triton.runtime._async_compile import active_mode
     from oracles.platform.compile_deadline import CompileOverBudget, compile_deadline, deadline_fired
-    with pytest.raises(CompileOverBudget), compile_deadline(time.monotonic() + 0.2):
-        future = active_mode.get().executor.submit(lambda: (time.sleep(1.0), "compiled")[1])
-        quick = active_mode.get().executor.submit(lambda: "cached")
+    cache = {}
+    started = time.monotonic()
+    with compile_deadline(time.monotonic() + 0.2):
+        slow = submit_compile(active_mode.get(), "slow", lambda: (time.sleep(1.5), "compiled")[1], cache)
+        quick = submit_compile(active_mode.get(), "quick", lambda: "cached", cache)
         assert quick.result() == "cached" and not deadline_fired()
-        future.result()
-    assert future.result() == "compiled" and active_mode.get() is None and not deadline_fired()
+        with pytest.raises(CompileOverBudget):
+            slow.result()
+        assert deadline_fired()
+    assert time.monotonic() - started < 1.0, time.monotonic() - started  # left at the deadline, not the compile's end
+    assert active_mode.get() is None and not deadline_fired() and cache == {"quick": "cached"}
+    assert slow.result() == "compiled"
+
+
+def test_a_compile_that_fails_is_the_kernels_error_once():
+    """A compile that fails (a config out of resources, a kernel that does not compile) raises at
+    the launch that needs it, where run_case keeps it as the kernel's verdict; leaving the block
+    does not raise it again (Triton 3.6's own exit did: a SuiteError for the kernel's bug)."""
+    from triton.runtime._async_compile import active_mode
+    from oracles.platform.compile_deadline import compile_deadline
+
+    def does_not_compile():
+        raise RuntimeError("out of resources")
+    with compile_deadline(time.monotonic() + 30):
+        mode = active_mode.get()
+        kernel = submit_compile(mode, "bad", does_not_compile, {})
+        with pytest.raises(RuntimeError, match="out of resources"):
+            kernel.result()
+        kernel.future = mode.raw_futures[-1]  # as on Triton 3.6, which keeps a failed compile's future
+    assert active_mode.get() is None
 
 
 def test_the_drawn_phase_runs_in_shards_at_once(tmp_path):
