@@ -142,7 +142,7 @@ def listed(indices: torch.Tensor, describe, total: int | None = None) -> str:
 def on_device(like: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """t detached on `like`'s device: the checks compare where the reference lives (on a GPU, a
     judge-sized hc_head case is 235M float64 values a tensor, seconds to copy and compare on the
-    host); a kernel output on another device is moved, its contract check says so."""
+    host); a kernel output on another kind of device is moved (its contract check says so)."""
     return t.detach().to(like.device)
 
 

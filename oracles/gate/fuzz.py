@@ -4,6 +4,7 @@ share: the kernels under test, the failures awaiting a fixture, a lost CUDA cont
 from __future__ import annotations
 
 import contextlib
+import re
 import statistics
 import sys
 import time
@@ -194,7 +195,7 @@ class Fuzz:
 
     def _start(self, implementation):
         if self.tally is None:
-            self.tally = Tally(implementation.op, implementation.name, self.kind,
+            self.tally = Tally(implementation.op, implementation.name, self.kind, test=unsharded(self.node.nodeid),
                                judge_exact=self.options.judge_exact, strict=self.options.strict)
 
     def unsupported_fixture(self, case, implementation, verdict, refusal):
@@ -218,6 +219,12 @@ class Fuzz:
             print(f"[tritonfuzz] {self.tally.op}/{self.tally.implementation} {self.node.name}: "
                   f"{self.tally.examples} examples, {failures} failing checks, {now - self.started:.0f} s",
                   file=sys.__stderr__, flush=True)
+
+
+def unsharded(nodeid: str) -> str:
+    """A test's id without its shard ("...[hc_head-k.py-shard3]" -> "...[hc_head-k.py]"): the
+    shards of one property draw at once, so the gate takes the longest one's time, not their sum."""
+    return re.sub(r"-shard\d+\]$", "]", nodeid)
 
 
 def climbing_targets() -> bool:

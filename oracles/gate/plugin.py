@@ -128,6 +128,12 @@ def decide_gate_shards(config) -> None:
     if shards > 1 and _derandomized(config):
         raise pytest.UsageError(f"--gate-shards {shards}: the Hypothesis profile draws the same cases in every "
                                 f"shard (derandomize=True); use the gate profile or --gate-shards 1")
+    if shards > 1 and config.getoption("hypothesis_seed", None) is not None:
+        raise pytest.UsageError(f"--gate-shards {shards}: --hypothesis-seed gives every shard the same cases; "
+                                f"leave it out or use --gate-shards 1")
+    if shards > 1 and isinstance(workers, int) and workers < shards:
+        raise pytest.UsageError(f"--gate-shards {shards}: needs at least {shards} xdist workers to draw at once, "
+                                f"got -n {workers}; leave -n out (it is then {shards + 2}) or give more")
     if workers is None and xdist:
         config.option.numprocesses = 1 if shards == 1 else shards + 2
     os.environ[SHARDS_ENV] = str(shards)
@@ -358,6 +364,25 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if gate_shards() > 1:
+        items[:] = spread_shards(items)
+
+
+def spread_shards(items: list) -> list:
+    """A property's shards apart in the run order, each followed by another test: xdist hands a
+    worker two consecutive tests at first, and two shards side by side ran one after the other in
+    one worker. The beyond-2^31 tests stay last."""
+    def is_shard(item):
+        return "shard" in getattr(getattr(item, "callspec", None), "params", {})
+    last = [i for i in items if "beyond_int32" in getattr(i, "fixturenames", ())]
+    shards = [i for i in items if is_shard(i) and i not in last]
+    others = [i for i in items if not is_shard(i) and i not in last]
+    spread = []
+    for n, shard in enumerate(shards):
+        spread.append(shard)
+        if n < len(others):
+            spread.append(others[n])
+    return spread + others[len(shards):] + last
 
 
 

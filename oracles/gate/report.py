@@ -40,6 +40,7 @@ class Tally:
     op: str
     implementation: str
     kind: str
+    test: str = ""                                          # the test's id without its shard (fuzz.unsharded)
     examples: int = 0
     rows: int = 0                                           # rows (tokens) of the cases, summed
     checks: dict = field(default_factory=lambda: defaultdict(Counter))
@@ -80,7 +81,7 @@ class Tally:
                 "examples": self.examples, "rows": self.rows, "checks": {k: dict(v) for k, v in self.checks.items()},
                 "risk_counts": dict(self.risk_counts), "risks": self.risks,
                 "unsupported": list(self.unsupported.values()), "budget_exhausted": self.budget_exhausted,
-                "abandoned": self.abandoned, "seconds": round(self.seconds, 3)}
+                "abandoned": self.abandoned, "seconds": round(self.seconds, 3), "test": self.test}
 
 
 @dataclass
@@ -89,8 +90,8 @@ class ImplementationSummary:
     name: str
     source: str = ""
     elapsed_s: float = 0.0  # its tests' durations, summed (worker time)
-    started_at: float | None = None  # the first of its tests' start, the last one's stop (epoch seconds)
-    stopped_at: float | None = None
+    spans: list = field(default_factory=list)  # (start, stop) of each of its tests' phases, epoch seconds
+    seconds_by_test: dict = field(default_factory=dict)  # (kind, unsharded test id) -> seconds its cases took
     tests_failed: int = 0
     examples: Counter = field(default_factory=Counter)
     rows: Counter = field(default_factory=Counter)
@@ -114,19 +115,25 @@ class ImplementationSummary:
     deselected: int = 0
 
     def note_span(self, start: float | None, stop: float | None) -> None:
-        if start is None or stop is None:
-            return
-        self.started_at = start if self.started_at is None else min(self.started_at, start)
-        self.stopped_at = stop if self.stopped_at is None else max(self.stopped_at, stop)
+        if start is not None and stop is not None and stop >= start:
+            self.spans.append((start, stop))
 
     @property
     def wall_s(self) -> float:
-        """From its first test's start to its last test's end: with several workers (-n,
-        --gate-shards) its tests overlap and their summed durations overstate the wait (529 s
-        summed against a 113 s run, H200, 2026-12-02). The sum when the reports carry no times."""
-        if self.started_at is None or self.stopped_at is None:
+        """The time while any of its tests ran: the union of their spans. With several workers
+        (-n, --gate-shards) its tests overlap and their summed durations overstate the wait (529 s
+        summed against a 113 s run, H200, 2026-12-02); in one worker the tests of other
+        implementations run between its own and do not count. The sum when the reports carry no
+        times."""
+        if not self.spans:
             return self.elapsed_s
-        return max(0.0, self.stopped_at - self.started_at)
+        total, end = 0.0, None
+        for start, stop in sorted(self.spans):
+            if end is None or start > end:
+                total, end = total + (stop - start), stop
+            elif stop > end:
+                total, end = total + (stop - end), stop
+        return total
 
     def record_test(self, nodeid: str, when: str, outcome: str, reason: str = "") -> None:
         """One report of one of its tests: `when` setup / call / teardown / ??? (a crashed worker's);
@@ -170,10 +177,12 @@ class ImplementationSummary:
             add_refusal(self.unsupported, entry)
         self.budget_exhausted |= tally["budget_exhausted"]
         self.abandoned += tally.get("abandoned", 0)
-        # Drawn cases: the longest test's time, not the sum; a gate's shards draw at once, each
-        # for the whole budget. The judge's and fixtures' cases: the sum.
-        kind, seconds = tally["kind"], tally.get("seconds", 0.0)
-        self.seconds[kind] = max(self.seconds[kind], seconds) if kind == "fuzz" else self.seconds[kind] + seconds
+        # Summed over tests; over the shards of one property (they draw at once, each for the
+        # whole budget) the longest one's.
+        kind, seconds, test = tally["kind"], tally.get("seconds", 0.0), tally.get("test", "")
+        self.seconds_by_test[(kind, test)] = max(self.seconds_by_test.get((kind, test), 0.0), seconds) \
+            if test else self.seconds_by_test.get((kind, test), 0.0) + seconds
+        self.seconds[kind] = sum(v for (k, _), v in self.seconds_by_test.items() if k == kind)
         if tally["kind"] == "judge":
             untrusted = any(counts.get(UNTRUSTED) for counts in tally["checks"].values())
             self.judge_official["failed" if not passed else "untrusted" if untrusted else "passed"] += 1

@@ -34,7 +34,7 @@ class BoundedWorkerExit:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
-        """Before xdist's own sessionfinish (trylast) tears the workers down: bound it."""
+        """Before xdist's own sessionfinish tears the workers down (this hook is tryfirst): bound it."""
         dsession = self.config.pluginmanager.getplugin("dsession")
         manager = getattr(dsession, "nodemanager", None)
         if manager is None or getattr(manager, "_tritonfuzz_bounded", False):

@@ -612,64 +612,59 @@ def test_the_drawn_phase_runs_in_shards_at_once(tmp_path):
     assert 0 < impl["budget"]["drawn_s"] <= 8 * 1.3, impl["budget"]
 
 
-def test_shards_under_a_derandomized_profile_are_a_usage_error(tmp_path):
-    """Every shard of a derandomized profile draws the same cases: a one-line usage error (exit 4)."""
-    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={HC_HEAD}", "--gate-shards", "2",
-                           "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py"],
+@pytest.mark.parametrize("args, message", [
+    (("--hypothesis-profile", "ci"), "--gate-shards 2: the Hypothesis profile draws the same cases in every shard"),
+    (("--hypothesis-seed", "7"), "--gate-shards 2: --hypothesis-seed gives every shard the same cases"),
+    (("-n", "1"), "--gate-shards 2: needs at least 2 xdist workers to draw at once, got -n 1"),
+], ids=["derandomized", "seeded", "too_few_workers"])
+def test_shards_that_would_not_draw_at_once_or_apart_are_a_usage_error(args, message):
+    """Shards of a derandomized or seeded profile draw the same cases; with fewer workers than
+    shards they run one after another: a one-line usage error (exit 4) each."""
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={HC_HEAD}", "--gate-shards", "2", *args,
+                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=on_the_cpu())
     assert done.returncode == 4, (done.stdout + done.stderr)[-2000:]
-    assert "--gate-shards 2: the Hypothesis profile draws the same cases in every shard" in done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
+    assert message in done.stderr and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
+
+
+def test_shards_are_spread_so_that_each_starts_in_a_worker_of_its_own():
+    """xdist hands a worker two consecutive tests at first: each shard is followed by another
+    test, never by a shard; the beyond-2^31 tests stay last."""
+    from types import SimpleNamespace
+    from oracles.gate.plugin import spread_shards
+
+    def item(name, shard=None, beyond=False):
+        params = {"implementation": "k"} | ({"shard": shard} if shard is not None else {})
+        return SimpleNamespace(name=name, callspec=SimpleNamespace(params=params),
+                               fixturenames=["beyond_int32"] if beyond else ["fuzz"])
+    items = [item(f"s{i}", shard=i) for i in range(4)] + [item(f"j{i}") for i in range(3)] + [item("b", beyond=True)]
+    order = [i.name for i in spread_shards(items)]
+    assert order == ["s0", "j0", "s1", "j1", "s2", "j2", "s3", "b"], order
+    pairs = [order[n:n + 2] for n in range(0, len(order) - 1, 2)]
+    assert all(not (a.startswith("s") and b.startswith("s")) for a, b in pairs[:3]), pairs
+
+
+def test_the_drawn_time_is_the_longest_shards_and_the_sum_over_tests():
+    """Shards of one property draw at once: their longest time counts; other tests add theirs."""
+    from oracles.gate.report import ImplementationSummary, Tally
+    summary = ImplementationSummary("hc_head", "k.py")
+    for seconds, test in ((30.0, "test_ops.py::agrees[hc_head-k.py]"), (28.5, "test_ops.py::agrees[hc_head-k.py]"),
+                          (5.0, "test_ops.py::test_model_config[m-k.py]")):
+        summary.merge_tally(Tally("hc_head", "k.py", "fuzz", test=test, examples=3, seconds=seconds).to_json(), passed=True)
+    assert summary.seconds["fuzz"] == 35.0 and summary.examples["fuzz"] == 9
 
 
 def test_the_table_gives_the_wall_time_when_tests_overlap():
-    """Tests of one implementation in several workers overlap: the table and the report give the
-    span from the first start to the last end (40 s), not the summed durations (65 s)."""
+    """Tests of one implementation in several workers overlap, and in one worker other
+    implementations' tests run between its own: the table and the report give the time while any
+    of its tests ran (the union of their spans), not the summed durations nor first-to-last."""
     from oracles.gate.report import ImplementationSummary, render_table
     summary = ImplementationSummary("hc_head", "k.py")
-    for start, stop in ((100.0, 130.0), (105.0, 140.0)):
+    for start, stop in ((100.0, 130.0), (105.0, 140.0), (150.0, 160.0)):
         summary.elapsed_s += stop - start
         summary.note_span(start, stop)
-    assert summary.wall_s == 40.0 and summary.to_json(None)["elapsed_s"] == 40.0
-    assert render_table(summary, None).startswith("hc_head / k.py: NOT RUN  (40.0 s)")
-
-
-STUCK_WORKER_PLUGIN = textwrap.dedent('''
-    """Planted in the controller only: killing a worker never returns, as when the process sits
-    in the GPU driver (uninterruptible) and popen.wait() after SIGKILL waits on. The worker
-    itself is told to exit first, and does."""
-    import time
-
-    import execnet.gateway_io
-    import oracles.gate.worker_exit
-
-
-    def pytest_configure(config):
-        if hasattr(config, "workerinput"):
-            return
-        oracles.gate.worker_exit.WAIT_S = 3.0
-        execnet.gateway_io.Popen2IOMaster.wait = lambda self: time.sleep(3600)
-        execnet.gateway_io.Popen2IOMaster.kill = lambda self: time.sleep(3600)
-''')
-
-
-def test_a_worker_that_never_exits_does_not_hold_the_gate(tmp_path):
-    """A worker process that cannot be reaped (stuck in the GPU driver after a fault: an H200 gate
-    ran every test, then hung in xdist's teardown with no table, 2026-12-02) is left behind after
-    WAIT_S: the table and report come out, the exit code is the verdict's, the run ends."""
-    (tmp_path / "stuck_worker.py").write_text(STUCK_WORKER_PLUGIN)
-    report = tmp_path / "report.json"
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "stuck_worker", f"--kernel=hc_head={HC_HEAD}",
-                           "--hypothesis-profile", "ci", "--gate-report", str(report), "-p", "no:cacheprovider", "-q",
-                           f"--regressions-dir={tmp_path / 'regressions'}", "-k", "judge_cases and 512",
-                           "tests/kernel/test_ops.py"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=on_the_cpu(pythonpath=tmp_path))
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-3000:]
-    assert "did not exit within 3 s of the last test" in done.stderr and "left behind" in done.stderr, out[-3000:]
-    assert "hc_head / hc_head.py: PASS" in done.stdout and report.exists(), out[-3000:]
-    assert time.monotonic() - started < 120, time.monotonic() - started  # 10 s of xdist's wait, 3 of ours, the start
+    assert summary.wall_s == 50.0 and summary.to_json(None)["elapsed_s"] == 50.0
+    assert render_table(summary, None).startswith("hc_head / k.py: NOT RUN  (50.0 s)")
 
 
 def test_the_table_says_when_the_case_in_flight_ended_past_the_budget():
