@@ -131,12 +131,33 @@ def decide_gate_shards(config) -> None:
     if shards > 1 and config.getoption("hypothesis_seed", None) is not None:
         raise pytest.UsageError(f"--gate-shards {shards}: --hypothesis-seed gives every shard the same cases; "
                                 f"leave it out or use --gate-shards 1")
-    if shards > 1 and isinstance(workers, int) and workers < shards:
+    if shards > 1 and not xdist:
+        raise pytest.UsageError(f"--gate-shards {shards}: draws in xdist workers, and xdist is not loaded "
+                                f"(install pytest-xdist, leave out -p no:xdist)")
+    if shards > 1 and workers is not None and worker_count(config, workers) < shards:
         raise pytest.UsageError(f"--gate-shards {shards}: needs at least {shards} xdist workers to draw at once, "
-                                f"got -n {workers}; leave -n out (it is then {shards + 2}) or give more")
+                                f"got {worker_count(config, workers)} (-n {workers}); leave -n out (it is then "
+                                f"{shards + 2}) or give more")
     if workers is None and xdist:
         config.option.numprocesses = 1 if shards == 1 else shards + 2
+    if shards > 1:
+        # xdist first hands each worker max(2, min(maxschedchunk, tests per worker // 4)) consecutive
+        # tests; spread_shards puts one other test after each shard, so the chunk must be 2.
+        config.option.maxschedchunk = 1
     os.environ[SHARDS_ENV] = str(shards)
+
+
+def worker_count(config, workers) -> int:
+    """The xdist workers -n asks for: "auto" and "logical" as xdist counts them (its own hook),
+    capped by --maxprocesses."""
+    if workers in ("auto", "logical"):
+        try:
+            counted = config.hook.pytest_xdist_auto_num_workers(config=config)
+        except Exception:  # noqa: BLE001 -- an xdist without the hook: the cores
+            counted = None
+        workers = int(counted) if counted else (os.cpu_count() or 1)
+    cap = config.getoption("maxprocesses", None)
+    return min(int(workers), cap) if cap else int(workers)
 
 
 def _derandomized(config) -> bool:

@@ -667,6 +667,44 @@ def test_the_table_gives_the_wall_time_when_tests_overlap():
     assert render_table(summary, None).startswith("hc_head / k.py: NOT RUN  (50.0 s)")
 
 
+STUCK_WORKER_PLUGIN = textwrap.dedent('''
+    """Planted in the controller only: killing a worker never returns, as when the process sits
+    in the GPU driver (uninterruptible) and popen.wait() after SIGKILL waits on. The worker
+    itself is told to exit first, and does."""
+    import time
+
+    import execnet.gateway_io
+    import oracles.gate.worker_exit
+
+
+    def pytest_configure(config):
+        if hasattr(config, "workerinput"):
+            return
+        oracles.gate.worker_exit.WAIT_S = 3.0
+        execnet.gateway_io.Popen2IOMaster.wait = lambda self: time.sleep(3600)
+        execnet.gateway_io.Popen2IOMaster.kill = lambda self: time.sleep(3600)
+''')
+
+
+def test_a_worker_that_never_exits_does_not_hold_the_gate(tmp_path):
+    """A worker process that cannot be reaped (stuck in the GPU driver after a fault: an H200 gate
+    ran every test, then hung in xdist's teardown with no table, 2026-12-02) is left behind after
+    WAIT_S: the table and report come out, the exit code is the verdict's, the run ends."""
+    (tmp_path / "stuck_worker.py").write_text(STUCK_WORKER_PLUGIN)
+    report = tmp_path / "report.json"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "stuck_worker", f"--kernel=hc_head={HC_HEAD}",
+                           "--hypothesis-profile", "ci", "--gate-report", str(report), "-p", "no:cacheprovider", "-q",
+                           f"--regressions-dir={tmp_path / 'regressions'}", "-k", "judge_cases and 512",
+                           "tests/kernel/test_ops.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=on_the_cpu(pythonpath=tmp_path))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "did not exit within 3 s of the last test" in done.stderr and "left behind" in done.stderr, out[-3000:]
+    assert "hc_head / hc_head.py: PASS" in done.stdout and report.exists(), out[-3000:]
+    assert time.monotonic() - started < 120, time.monotonic() - started  # 10 s of xdist's wait, 3 of ours, the start
+
+
 def test_the_table_says_when_the_case_in_flight_ended_past_the_budget():
     """A case in flight finishes (a large autotune config compiled for 29 s on an H200): the table
     gives the drawn phase's own time and how far past the budget it ended, and the report's
