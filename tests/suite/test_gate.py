@@ -615,7 +615,7 @@ def test_the_drawn_phase_runs_in_shards_at_once(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--hypothesis-profile", "ci"), "--gate-shards 2: the Hypothesis profile draws the same cases in every shard"),
     (("--hypothesis-seed", "7"), "--gate-shards 2: --hypothesis-seed gives every shard the same cases"),
-    (("-n", "1"), "--gate-shards 2: needs at least 2 xdist workers to draw at once, got -n 1"),
+    (("-n", "1"), "--gate-shards 2: needs at least 2 xdist workers to draw at once, got 1 (-n 1)"),
 ], ids=["derandomized", "seeded", "too_few_workers"])
 def test_shards_that_would_not_draw_at_once_or_apart_are_a_usage_error(args, message):
     """Shards of a derandomized or seeded profile draw the same cases; with fewer workers than
