@@ -140,9 +140,11 @@ def listed(indices: torch.Tensor, describe, total: int | None = None) -> str:
 
 
 def on_device(like: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """t detached on `like`'s device: the checks compare where the reference lives (on a GPU, a
-    judge-sized hc_head case is 235M float64 values a tensor, seconds to copy and compare on the
-    host); a kernel output on another kind of device is moved (its contract check says so)."""
+    """t detached on `like`'s device: the checks compare where the reference lives, and the
+    oracles compute where the case's inputs live (on a GPU, a judge-sized hc_head case is 235M
+    float64 values a tensor, seconds to copy and compare on the host; a drawn case may hold its
+    small tensors on the host); a kernel output on another kind of device is moved (its contract
+    check says so)."""
     return t.detach().to(like.device)
 
 

@@ -119,9 +119,9 @@ def decide_gate_shards(config) -> None:
     drawing in one process leaves the GPU and most cores idle. Eight shards drew 485 cases
     (359,486 rows) of a public hc_head in a 30 s budget where one drew 132 (137,803), H200,
     2026-12-02. Why not by default yet: that gate's whole run took longer (past 110 s against 96 s),
-    since ten workers start at once and the tests queued behind a worker that a device fault ended
-    wait for its replacement; tests/results/2026-12-02-h200-shards.md. Each shard draws its own
-    cases for the whole budget; under a derandomized profile every shard would draw the same ones."""
+    for a reason not found yet; tests/results/2026-12-02-h200-shards.md. Each shard draws its own
+    cases for the whole budget; under a derandomized profile or a forced seed every shard would
+    draw the same ones."""
     xdist = config.pluginmanager.hasplugin("xdist")
     workers = config.getoption("numprocesses", None) if xdist else 0
     shards = config.getoption("gate_shards") or 1
@@ -134,10 +134,10 @@ def decide_gate_shards(config) -> None:
     if shards > 1 and not xdist:
         raise pytest.UsageError(f"--gate-shards {shards}: draws in xdist workers, and xdist is not loaded "
                                 f"(install pytest-xdist, leave out -p no:xdist)")
-    if shards > 1 and workers is not None and worker_count(config, workers) < shards:
+    counted = worker_count(config, workers) if shards > 1 and workers is not None else None
+    if counted is not None and counted < shards:
         raise pytest.UsageError(f"--gate-shards {shards}: needs at least {shards} xdist workers to draw at once, "
-                                f"got {worker_count(config, workers)} (-n {workers}); leave -n out (it is then "
-                                f"{shards + 2}) or give more")
+                                f"got {counted} (-n {workers}); leave -n out (it is then {shards + 2}) or give more")
     if workers is None and xdist:
         config.option.numprocesses = 1 if shards == 1 else shards + 2
     if shards > 1:
@@ -393,11 +393,14 @@ def spread_shards(items: list) -> list:
     """A property's shards apart in the run order, each followed by another test: xdist hands a
     worker two consecutive tests at first, and two shards side by side ran one after the other in
     one worker. The beyond-2^31 tests stay last."""
-    def is_shard(item):
-        return "shard" in getattr(getattr(item, "callspec", None), "params", {})
-    last = [i for i in items if "beyond_int32" in getattr(i, "fixturenames", ())]
-    shards = [i for i in items if is_shard(i) and i not in last]
-    others = [i for i in items if not is_shard(i) and i not in last]
+    last, shards, others = [], [], []
+    for item in items:
+        if "beyond_int32" in getattr(item, "fixturenames", ()):
+            last.append(item)
+        elif "shard" in getattr(getattr(item, "callspec", None), "params", {}):
+            shards.append(item)
+        else:
+            others.append(item)
     spread = []
     for n, shard in enumerate(shards):
         spread.append(shard)

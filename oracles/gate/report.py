@@ -178,10 +178,10 @@ class ImplementationSummary:
         self.budget_exhausted |= tally["budget_exhausted"]
         self.abandoned += tally.get("abandoned", 0)
         # Summed over tests; over the shards of one property (they draw at once, each for the
-        # whole budget) the longest one's.
-        kind, seconds, test = tally["kind"], tally.get("seconds", 0.0), tally.get("test", "")
-        self.seconds_by_test[(kind, test)] = max(self.seconds_by_test.get((kind, test), 0.0), seconds) \
-            if test else self.seconds_by_test.get((kind, test), 0.0) + seconds
+        # whole budget, under one unsharded test id) the longest one's.
+        kind = tally["kind"]
+        key = (kind, tally.get("test") or len(self.seconds_by_test))  # no id: a test of its own
+        self.seconds_by_test[key] = max(self.seconds_by_test.get(key, 0.0), tally.get("seconds", 0.0))
         self.seconds[kind] = sum(v for (k, _), v in self.seconds_by_test.items() if k == kind)
         if tally["kind"] == "judge":
             untrusted = any(counts.get(UNTRUSTED) for counts in tally["checks"].values())

@@ -64,7 +64,7 @@ import torch.nn.functional as F
 from oracles.tolerances import (DIV_ULPS, EXP_ULPS, FLT32_MAX, FLT32_TINY, RSQRT_ULPS, U32, gamma,
                                 overflow_threshold, ulp)
 from oracles.verdict import (DEGENERATE, FTZ, PASS, Check, bounded_check, contract_check, judge_check, judge_on_rows,
-                             specials_check)
+                             on_device, specials_check)
 from oracles.ops import OpSpec
 from strategies import hc_head as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -97,20 +97,15 @@ class Oracle64:
     pre: torch.Tensor        # [T, h]
 
 
-def on_device_of(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """t detached on x's device (a drawn case may hold its small tensors on the host)."""
-    return t.detach().to(x.device)
-
-
 def oracle64(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps) -> Oracle64:
     """The same math with every input upcast to float64, on x's device: on a GPU the judge's
     8192-token case is 235M values, seconds of float64 on one CPU core and milliseconds there."""
     T, h, H = x.shape
     xd = x.detach().double()                             # upcast: exact for bf16/fp16/fp32 inputs
     f = xd.reshape(T, h * H)
-    W = on_device_of(x, hc_fn).double()
-    scale = on_device_of(x, hc_scale).double().reshape(())
-    base = on_device_of(x, hc_base).double()
+    W = on_device(x, hc_fn).double()
+    scale = on_device(x, hc_scale).double().reshape(())
+    base = on_device(x, hc_base).double()
     sumsq = (f * f).sum(-1)
     r = torch.rsqrt(sumsq / (h * H) + norm_eps) if h * H else torch.zeros(T, dtype=torch.float64, device=x.device)
     dot = f @ W.T
@@ -171,7 +166,7 @@ def accuracy_bound(o: Oracle64, x: torch.Tensor, hc_scale, hc_base, hc_eps, out_
     K = h * H
     xd = x.detach().double().abs()
     scale = float(hc_scale.detach().double().reshape(()))
-    base = on_device_of(x, hc_base).double().abs()
+    base = on_device(x, hc_base).double().abs()
     rel_r = normalizer_error(o, K)
     mixes = (o.dot * o.r[:, None]).abs()
     dm = o.r[:, None] * (gamma(K + 2) * o.dot_abs + (K + 2) * SUBNORMAL_HALF_SPACING) + mixes * (rel_r + U32)
@@ -291,7 +286,7 @@ def hull_accepts(y: torch.Tensor, x: torch.Tensor, hc_eps: float, may_nan: torch
     lo, hi = torch.minimum(a, b).sum(1), torch.maximum(a, b).sum(1)           # [T, H]
     big = torch.maximum(a.abs(), b.abs()).sum(1)
     slack = (gamma(h) + 4 * U32) * big + ulp(torch.maximum(lo.abs(), hi.abs()), x.dtype) + h * FLT32_TINY
-    yk = on_device_of(x, y).double()
+    yk = on_device(x, y).double()
     inside = (yk >= lo - slack) & (yk <= hi + slack)
     limit = overflow_threshold(x.dtype) * (1 - 2.0 ** -8)
     inside |= (yk == math.inf) & (hi + slack >= limit) | (yk == -math.inf) & (lo - slack <= -limit)
@@ -315,7 +310,7 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     special = (classes.degenerate | classes.ftz).nonzero().flatten()
     if special.numel():  # the hull only where it is needed: judge-sized cases have no such token
         in_hull = torch.zeros(T, H, dtype=torch.bool, device=x.device)
-        in_hull[special] = hull_accepts(on_device_of(x, y)[special], x.detach()[special], args["hc_eps"],
+        in_hull[special] = hull_accepts(on_device(x, y)[special], x.detach()[special], args["hc_eps"],
                                         classes.may_nan[special])
         explained = {DEGENERATE: classes.degenerate[:, None] & in_hull, FTZ: classes.ftz[:, None] & in_hull}
     # Overflow of the output itself may round either way near the threshold.
