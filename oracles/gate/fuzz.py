@@ -4,6 +4,7 @@ share: the kernels under test, the failures awaiting a fixture, a lost CUDA cont
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import statistics
 import sys
@@ -103,6 +104,26 @@ class Fuzz:
             return False
         expected = statistics.median(self.case_seconds[-RECENT_CASES:]) if self.case_seconds else 0.0
         return time.monotonic() - self.started + expected > self.budget_s
+
+    def end_if_spent(self, implementation) -> None:
+        """Called by a property before it draws: past the budget, with no failure found, the
+        example ends without drawing. Hypothesis knows no time budget: it went on drawing cases up
+        to the gate profile's 400 only for check() to pass them, and a GPU-sized draw takes 20-160
+        ms (a public hc_head's property ran 69 s at --gate-budget=30, H200, 2026-12-02).
+
+        The example is marked an overrun, the one ending Hypothesis accepts before a draw its
+        earlier examples made (any other is FlakyStrategyDefinition); it stops generating after
+        458 + 100 per valid example of them, about 0.2 ms each. With a failure found, the draws go
+        on: Hypothesis shrinks and replays it (check raises it again from its content hash)."""
+        __tracebackhide__ = True
+        if self.seen_failing or not currently_in_test_context():
+            return
+        context = current_build_context()
+        if context.is_final or not hasattr(context.data, "mark_overrun") or not self.out_of_budget():
+            return
+        self._start(implementation)
+        self.tally.budget_exhausted = True
+        context.data.mark_overrun()
 
     def check(self, case, implementation):
         __tracebackhide__ = True
@@ -219,6 +240,30 @@ class Fuzz:
             print(f"[tritonfuzz] {self.tally.op}/{self.tally.implementation} {self.node.name}: "
                   f"{self.tally.examples} examples, {failures} failing checks, {now - self.started:.0f} s",
                   file=sys.__stderr__, flush=True)
+
+
+def end_when_budget_spent(item) -> None:
+    """Make a property that takes `fuzz` call Fuzz.end_if_spent before each example draws.
+
+    Done on Hypothesis's inner test (`.hypothesis.inner_test`, which Hypothesis lets plugins
+    replace), not in the property's source: a derandomized profile (ci) seeds its draws from a
+    digest of that source, so a line added there changed every ci draw. functools.wraps keeps the
+    digest (source, name and signature are read through __wrapped__), so the draws are unchanged."""
+    handle = getattr(getattr(item, "obj", None), "hypothesis", None)
+    if handle is None or "fuzz" not in getattr(item, "fixturenames", ()) or \
+            getattr(handle.inner_test, "_tritonfuzz_ends_when_spent", False):
+        return
+    test = handle.inner_test
+
+    @functools.wraps(test)
+    def property_ending_when_spent(*args, **kwargs):
+        fuzz, implementation = kwargs.get("fuzz"), kwargs.get("implementation")
+        if isinstance(fuzz, Fuzz) and implementation is not None:
+            fuzz.end_if_spent(implementation)
+        return test(*args, **kwargs)
+
+    property_ending_when_spent._tritonfuzz_ends_when_spent = True
+    handle.inner_test = property_ending_when_spent
 
 
 def unsharded(nodeid: str) -> str:

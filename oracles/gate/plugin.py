@@ -21,7 +21,7 @@ from hypothesis.errors import InvalidArgument
 
 from oracles.gate import accounting, profiles
 from oracles.gate.fuzz import (FAILURES, KERNELS, MINIMIZE_ERRORS, ROOT, Fuzz, _suite_errors,
-                               is_custom_root, kernel_option_for, skip_if_device_lost, strict)
+                               end_when_budget_spent, is_custom_root, kernel_option_for, skip_if_device_lost, strict)
 from oracles.gate.summary import GateSummary
 from oracles.gate.worker_exit import BoundedWorkerExit
 from oracles.harness.differential import RunOptions
@@ -372,6 +372,8 @@ def pytest_collection_modifyitems(config, items):
     # The beyond-2^31-element cases run last: a kernel whose offsets overflow can fault the GPU,
     # and a faulted CUDA context fails whatever that process runs after it.
     items.sort(key=lambda item: "beyond_int32" in getattr(item, "fixturenames", ()))
+    for item in items:
+        end_when_budget_spent(item)
     selected_ops = set(config.stash[KERNELS])
     if not selected_ops:
         return

@@ -475,6 +475,67 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
     assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2 and fuzz.tally.seconds == 20.0
 
 
+def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_options, monkeypatch):
+    """Hypothesis knows no time budget: past --gate-budget it drew cases up to the gate profile's
+    400 only for check() to pass them (a public hc_head's property ran 69 s at a 30 s budget on an
+    H200). A fake clock makes each example take 10 s: with a 25 s budget three examples draw,
+    then every example ends before drawing, and the property passes. The plugin installs this on
+    Hypothesis's inner test, so the derandomized (ci) draws, seeded from the source, are kept."""
+    import types
+    import oracles.gate.fuzz as gate_fuzz
+    from hypothesis import given, settings, strategies as st
+    from hypothesis.internal.reflection import function_digest
+    from oracles.gate.fuzz import Fuzz, end_when_budget_spent
+    from oracles.harness.differential import RunOptions
+    from oracles.submission.loader import bundled_implementations
+    clock = [1000.0]
+    monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
+    impl = bundled_implementations("hc_head")[0]
+    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=25.0, case_timeout_s=None, kind="fuzz")
+    draws = []
+
+    @settings(max_examples=400, database=None, deadline=None)
+    @given(data=st.data())
+    def prop(data, fuzz, implementation):
+        draws.append(data.draw(st.integers()))
+        clock[0] += 10.0
+
+    digest = function_digest(prop.hypothesis.inner_test)
+    end_when_budget_spent(types.SimpleNamespace(obj=prop, fixturenames=("data", "fuzz", "implementation")))
+    assert function_digest(prop.hypothesis.inner_test) == digest
+    prop(fuzz=fuzz, implementation=impl)
+    assert len(draws) == 3, len(draws)
+    assert fuzz.tally.budget_exhausted
+
+
+def test_a_spent_budget_still_draws_to_replay_a_failure(request, run_options, monkeypatch):
+    """With a failure found the drawn phase does not end early: Hypothesis shrinks and replays it
+    (check raises it again from its content hash), so the failure is reported, not lost."""
+    import oracles.gate.fuzz as gate_fuzz
+    from hypothesis import given, settings, strategies as st
+    from oracles.gate.fuzz import Fuzz
+    from oracles.harness.differential import RunOptions
+    from oracles.submission.loader import bundled_implementations
+    clock = [1000.0]
+    monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
+    impl = bundled_implementations("hc_head")[0]
+    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=25.0, case_timeout_s=None, kind="fuzz")
+
+    @settings(max_examples=400, database=None, deadline=None)
+    @given(data=st.data())
+    def prop(data):
+        fuzz.end_if_spent(impl)
+        value = data.draw(st.integers(0, 10))
+        clock[0] += 10.0
+        if value == 0:
+            fuzz.seen_failing[value] = True
+        if value == 0 or not fuzz.out_of_budget():
+            assert value != 0, "the planted failure"
+
+    with pytest.raises(AssertionError, match="the planted failure"):
+        prop()
+
+
 def submit_compile(mode, key: str, compile_fn, cache: dict):
     """What Triton's JIT does for a launch needing a compile inside an AsyncCompileMode: submit it
     under its key (the finalize callback puts the kernel in the JIT's cache; Triton 3.9 also takes
