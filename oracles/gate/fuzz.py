@@ -257,6 +257,7 @@ def end_when_budget_spent(item) -> None:
 
     @functools.wraps(test)
     def property_ending_when_spent(*args, **kwargs):
+        __tracebackhide__ = True
         fuzz, implementation = kwargs.get("fuzz"), kwargs.get("implementation")
         if isinstance(fuzz, Fuzz) and implementation is not None:
             fuzz.end_if_spent(implementation)

@@ -21,7 +21,7 @@ from oracles.verdict import FAIL, PASS, RISK, bounded_check
 from strategies.hc_head import hc_head_cases, judge_cases
 
 ROOT = Path(__file__).resolve().parents[2]
-MUTANT = ROOT / "tests" / "mutants" / "hc_head" / "torch_fallback_small.py"  # MANIFEST: launch, any small case
+MUTANT = ROOT / "tests" / "mutants" / "hc_head" / "scale_folded_into_input.py"  # MANIFEST: inputs-unchanged, any case with hc_scale != 1
 ENGINE_SECONDS = 240  # the longest the engine may take to find it; -x stops it at the failure
 
 
@@ -48,12 +48,12 @@ def assert_fixture_written(done: subprocess.CompletedProcess, regressions: Path,
     assert fixtures, f"no fixture under {regressions}\n{done.stdout}\n{logs}"
     for path in fixtures:
         meta = json.loads(path.read_text())
-        assert "launch" in meta["failure"]["checks"], meta["failure"]
+        assert "inputs-unchanged" in meta["failure"]["checks"], meta["failure"]
         assert meta["kernel"]["sha256"] == file_sha256(MUTANT)
         assert meta["replay"] == (f"pytest --kernel=hc_head={MUTANT} --regressions-dir={regressions} "
                                   f"tests/kernel/test_regressions.py -k {path.stem}")
         assert f"fixture: {path}" in done.stdout and f"replay:  {meta['replay']}" in done.stdout, done.stdout
-    assert "test_kernel_agrees_with_oracle_and_reference[hc_head-torch_fallback_small.py]" in done.stdout
+    assert "test_kernel_agrees_with_oracle_and_reference[hc_head-scale_folded_into_input.py]" in done.stdout
 
 
 def test_engine_writes_the_fixture_of_a_wrong_kernel(tmp_path):
@@ -83,7 +83,7 @@ def test_engine_on_redis(tmp_path):
         assert engine.failing_tests(database), "the failure HypoFuzz found is not in Redis"
         rows = engine.campaign(database)
         assert [r["nodeid"] for r in rows] == [
-            "tests/kernel/test_ops.py::test_kernel_agrees_with_oracle_and_reference[hc_head-torch_fallback_small.py]"]
+            "tests/kernel/test_ops.py::test_kernel_agrees_with_oracle_and_reference[hc_head-scale_folded_into_input.py]"]
     finally:
         server.shutdown()
         server.server_close()
