@@ -114,10 +114,12 @@ class Fuzz:
         The example is marked an overrun, the one ending Hypothesis accepts before a draw its
         earlier examples made (any other is FlakyStrategyDefinition); it stops generating after
         458 + 100 per valid example of them, about 0.2 ms each. With a failure found, the draws go
-        on: Hypothesis shrinks and replays it (check raises it again from its content hash)."""
+        on: Hypothesis shrinks and replays it (check raises it again from its content hash).
+        Before any case was judged they go on too: a first example that ends so fails Hypothesis's
+        health check (large_base_example), and then the test."""
         __tracebackhide__ = True
-        if self.seen_failing or not currently_in_test_context():
-            return
+        if self.seen_failing or not self.case_seconds or not currently_in_test_context():
+            return  # no case judged yet: were the first example an overrun, Hypothesis would fail a health check
         context = current_build_context()
         if context.is_final or not hasattr(context.data, "mark_overrun") or not self.out_of_budget():
             return

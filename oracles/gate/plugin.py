@@ -116,12 +116,11 @@ def decide_gate_shards(config) -> None:
     workers (-n) when the user gave none: one, or the shards and two more for the other tests.
 
     Why shards: a drawn case's Triton compiles run on the CPU, one process each, so a GPU gate
-    drawing in one process leaves the GPU and most cores idle. Eight shards drew 485 cases
-    (359,486 rows) of a public hc_head in a 30 s budget where one drew 132 (137,803), H200,
-    2026-12-02. Why not by default yet: that gate's whole run took longer (past 110 s against 96 s),
-    for a reason not found yet; tests/results/2026-12-02-h200-shards.md. Each shard draws its own
-    cases for the whole budget; under a derandomized profile or a forced seed every shard would
-    draw the same ones."""
+    drawing in one process leaves the GPU and most cores idle; eight shards draw several times
+    the cases in the same budget (tests/results/2026-12-02-h200-session12.md). Why not by default:
+    they need a core each and a worker's start, and a whole sharded gate has not yet ended as
+    soon as one worker's. Each shard draws its own cases for the whole budget; under a
+    derandomized profile or a forced seed every shard would draw the same ones."""
     xdist = config.pluginmanager.hasplugin("xdist")
     workers = config.getoption("numprocesses", None) if xdist else 0
     shards = config.getoption("gate_shards") or 1

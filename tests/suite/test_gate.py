@@ -478,8 +478,8 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
 def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_options, monkeypatch):
     """Hypothesis knows no time budget: past --gate-budget it drew cases up to the gate profile's
     400 only for check() to pass them (a public hc_head's property ran 69 s at a 30 s budget on an
-    H200). A fake clock makes each example take 10 s: with a 25 s budget three examples draw,
-    then every example ends before drawing, and the property passes. The plugin installs this on
+    H200). A fake clock makes each case take 10 s: with a 25 s budget two cases run, then every
+    example ends before drawing, and the property passes. The plugin installs this on
     Hypothesis's inner test, so the derandomized (ci) draws, seeded from the source, are kept."""
     import types
     import oracles.gate.fuzz as gate_fuzz
@@ -487,25 +487,57 @@ def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_
     from hypothesis.internal.reflection import function_digest
     from oracles.gate.fuzz import Fuzz, end_when_budget_spent
     from oracles.harness.differential import RunOptions
-    from oracles.submission.loader import bundled_implementations
+    from oracles.submission.loader import Implementation, bundled_implementations
+    from strategies.hc_head import judge_cases
     clock = [1000.0]
     monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
     impl = bundled_implementations("hc_head")[0]
+
+    def takes_ten_seconds(**inputs):
+        clock[0] += 10.0
+        return impl.fn(**inputs)
+    slow = Implementation(op="hc_head", name="slow.py", fn=takes_ten_seconds)
     fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=25.0, case_timeout_s=None, kind="fuzz")
+    case = min(judge_cases(run_options.device), key=lambda c: c.inputs["x"].numel())
     draws = []
 
     @settings(max_examples=400, database=None, deadline=None)
     @given(data=st.data())
     def prop(data, fuzz, implementation):
         draws.append(data.draw(st.integers()))
-        clock[0] += 10.0
+        fuzz.check(case, implementation)
 
     digest = function_digest(prop.hypothesis.inner_test)
     end_when_budget_spent(types.SimpleNamespace(obj=prop, fixturenames=("data", "fuzz", "implementation")))
     assert function_digest(prop.hypothesis.inner_test) == digest
-    prop(fuzz=fuzz, implementation=impl)
-    assert len(draws) == 3, len(draws)
-    assert fuzz.tally.budget_exhausted
+    prop(fuzz=fuzz, implementation=slow)
+    # The cases at 0 and 10 s ran; at 20 s a third would end past 25 s: every later example ends
+    # before drawing (it used to draw 400, each passed unrun).
+    assert len(draws) == 2, len(draws)
+    assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2
+
+
+def test_a_budget_spent_before_any_case_does_not_fail_the_property(request, run_options, monkeypatch):
+    """Were the very first example to end undrawn, Hypothesis would fail its health check
+    (large_base_example) and with it the property: until a case has been judged, draws go on."""
+    import types
+    import oracles.gate.fuzz as gate_fuzz
+    from hypothesis import given, settings, strategies as st
+    from oracles.gate.fuzz import Fuzz, end_when_budget_spent
+    from oracles.harness.differential import RunOptions
+    from oracles.submission.loader import bundled_implementations
+    clock = [1000.0]
+    monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
+    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=5.0, case_timeout_s=None, kind="fuzz")
+    clock[0] += 10.0  # the budget is gone before the first example (a slow start)
+
+    @settings(max_examples=50, database=None, deadline=None)
+    @given(data=st.data())
+    def prop(data, fuzz, implementation):
+        data.draw(st.integers())
+
+    end_when_budget_spent(types.SimpleNamespace(obj=prop, fixturenames=("data", "fuzz", "implementation")))
+    prop(fuzz=fuzz, implementation=bundled_implementations("hc_head")[0])
 
 
 def test_a_spent_budget_still_draws_to_replay_a_failure(request, run_options, monkeypatch):
