@@ -569,7 +569,8 @@ def run(args) -> int:
                 break
             supervise()
             if all(name in done for name in processes.running if name.startswith("worker-")):
-                ended = "every worker has stopped (HypoFuzz stops fuzzing a test at its first failure)"
+                ended = ("every worker has stopped (HypoFuzz stops fuzzing a test at its first failure)"
+                         if not broken(done) else f"every worker has stopped; {len(broken(done))} could not fuzz")
                 break
             if now >= next_look:
                 replay_new()
@@ -587,8 +588,19 @@ def run(args) -> int:
           f"fixtures written or found again:\n{render_fixtures(fixtures)}\n"
           + "".join(f"{name}: restarted {n} time(s) after dying (the case it was running is not known: run "
                     f"pytest --kernel on it, whose crashed workers become fixtures)\n" for name, n in restarts.items()) +
+          "".join(f"{name} could not fuzz: {why} (the engine's or its environment's error, not the "
+                    f"kernel's)\n" for name, why in broken(done).items()) +
           f"logs: {log_dir}", flush=True)
-    return 1 if any(r["failures"] for r in rows) or fixtures or restarts else 0
+    if any(r["failures"] for r in rows) or fixtures or restarts:
+        return 1
+    # A worker that died before fuzzing (a missing dependency, a collection error) fuzzed nothing:
+    # exit 0 would read as "nothing found" (an H200 run lacking `watchdog` did so, 2026-12-02).
+    return 3 if broken(done) else 0
+
+
+def broken(done: dict[str, str]) -> dict[str, str]:
+    """The workers that ended for good with an error, not because every test they fuzzed failed."""
+    return {name: why for name, why in done.items() if why.startswith("exited with code")}
 
 
 def main(argv: list[str] | None = None) -> int:

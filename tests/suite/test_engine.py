@@ -126,6 +126,24 @@ def test_a_worker_killed_by_its_kernel_is_started_again(tmp_path):
     assert "worker-0: restarted" in done.stdout
 
 
+def test_a_worker_that_cannot_start_fuzzing_is_the_engines_error(tmp_path):
+    """A worker that dies before it fuzzes (here HypoFuzz's import fails, as on an H200 that lacked
+    its `watchdog` dependency, 2026-12-02) fuzzed nothing: the engine exits 3 and says why, where
+    it used to exit 0, which reads as "nothing found"."""
+    requires_hypofuzz()
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "watchdog.py").write_text('raise ImportError("planted: watchdog is missing")\n')
+    command = [sys.executable, "-m", "oracles.tools.engine", f"--kernel=hc_head={MUTANT}", "--workers", "1",
+               "--no-dashboard", "--seconds", "120", f"--database={tmp_path / 'db'}",
+               f"--regressions-dir={tmp_path / 'regressions'}", f"--log-dir={tmp_path / 'logs'}"]
+    env = {k: v for k, v in os.environ.items() if k != engine.DATABASE_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(planted), env.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "worker-0 could not fuzz: exited with code 1" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("argv, names", [
     (["--workers", "0"], "--workers 0"),
     (["--seconds", "0"], "--seconds 0"),
