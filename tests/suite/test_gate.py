@@ -6,6 +6,7 @@ run down."""
 import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -250,10 +251,12 @@ def test_strict_fails_unsupported_inputs(tmp_path):
     kernel = tmp_path / "refuses.py"
     kernel.write_text(REFUSES_ODD_HIDDEN)
     report = tmp_path / "report.json"
+    # The ci profile's 20 derandomized cases, not a time budget: in 8 s a loaded machine (the native
+    # suite's 16 workers beside it) drew 5 cases, none refused (H200, 2026-12-02).
     done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--strict",
-                           "--hypothesis-profile", "ci", "--gate-budget", "8", "--gate-report", str(report),
+                           "--hypothesis-profile", "ci", "--gate-report", str(report),
                            "--regressions-dir", str(tmp_path / "regressions"), "--minimize-budget", "2",
-                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py"],
+                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "-k", "agrees"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=on_the_cpu())
     data = json.loads(report.read_text())
     assert done.returncode != 0 and data["implementations"][0]["verdict"] == "fail", done.stdout[-3000:]
@@ -696,13 +699,18 @@ def test_the_drawn_phase_runs_in_shards_at_once(tmp_path):
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "--gate-shards", "2", "-n", "2",
                            "--gate-budget", "8", "--gate-report", str(report), "--regressions-dir", str(tmp_path / "reg"),
-                           "-p", "no:cacheprovider", "-q", "-k", "agrees", "tests/kernel/test_ops.py"],
+                           "-p", "no:cacheprovider", "-q", "-k", "agrees", "--durations=0", "tests/kernel/test_ops.py"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=on_the_cpu())
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     (impl,) = json.loads(report.read_text())["implementations"]
     assert impl["tests"]["ran"] == 2 and impl["examples"]["fuzz"] >= 2, (impl["tests"], impl["examples"])
-    assert 0 < impl["budget"]["drawn_s"] <= 8 * 1.3, impl["budget"]
+    # The shards' own times, as pytest measured them: the drawn time is within the longer one, well
+    # short of their sum (a fixed bound failed on a loaded machine, where a last case ran long).
+    shards = [float(t) for t in re.findall(r"^([0-9.]+)s call .*-shard\d\]$", done.stdout, re.M)]
+    assert len(shards) == 2, done.stdout[-2000:]
+    assert 0 < impl["budget"]["drawn_s"] <= max(shards) and impl["budget"]["drawn_s"] < 0.75 * sum(shards), \
+        (impl["budget"], shards)
 
 
 @pytest.mark.parametrize("args, message", [
