@@ -25,6 +25,13 @@ HC_HEAD = ROOT / "kernels" / "hc_head.py"
 BROKEN = ROOT / "tests" / "mutants" / "hc_head" / "unwritten_tail.py"  # poison: tail never written
 
 
+# The gates of the gate's own plumbing run on the CPU platform whatever the machine (on_the_cpu):
+# on a GPU machine they repeat what the CPU tier (CI) runs, beside 15 other workers, 517 s of the
+# native suite's worker time (H200, 2026-12-02). The ones a GPU has reasons of its own for run there.
+cpu_plumbing = pytest.mark.skipif(torch.cuda.is_available(),
+                                  reason="the gate's plumbing on the CPU platform: the CPU tier (CI) runs it")
+
+
 def on_the_cpu(pythonpath=None) -> dict:
     """The environment of a gate that tests the gate's own plumbing (zips, crashes, reports,
     memory, the suite's errors): the CPU platform, on a GPU machine too. The plumbing is the same
@@ -66,6 +73,7 @@ def test_correct_kernel_passes_with_schema_valid_report(tmp_path):
     assert "tritonfuzz verdict" in out and "hc_head / my_hc_head.py: PASS" in out
 
 
+@cpu_plumbing
 def test_zip_with_broken_vendor_file_fails_and_names_it(tmp_path):
     archive = tmp_path / "submission.zip"
     with zipfile.ZipFile(archive, "w") as z:
@@ -103,6 +111,7 @@ SEGFAULT = textwrap.dedent('''
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="relies on a segfault")
+@cpu_plumbing
 def test_segfaulting_kernel_gets_a_verdict(tmp_path):
     kernel = tmp_path / "crashy.py"
     kernel.write_text(SEGFAULT)
@@ -245,6 +254,7 @@ def test_severities_in_one_gate_run(tmp_path):
     assert any(b.startswith("contract") for b in bugs) and any(b.startswith("accuracy") for b in bugs), bugs
 
 
+@cpu_plumbing
 def test_strict_fails_unsupported_inputs(tmp_path):
     """Nearly every drawn case has a hidden size the judge never sends: refused, and under
     --strict the refusal fails the gate."""
@@ -272,6 +282,7 @@ EXITS_ON_EVERY_CALL = textwrap.dedent('''
 ''')
 
 
+@cpu_plumbing
 def test_a_kernel_that_crashes_on_every_call_gets_a_verdict_for_every_test(tmp_path):
     """Six crashes (the property, the 3 judge cases of hidden < 7168, 2 fixtures), more than the
     4 restarts xdist allows by default: every test still runs and gets a crash verdict. (Each
@@ -312,6 +323,7 @@ SUITE_BUG_PLUGIN = textwrap.dedent('''
 ''')
 
 
+@cpu_plumbing
 def test_the_suites_own_error_is_not_a_verdict_on_the_kernel(tmp_path):
     (tmp_path / "suite_bug.py").write_text(SUITE_BUG_PLUGIN)
     kernel = tmp_path / "my_hc_head.py"
@@ -403,6 +415,7 @@ PLANTED_FAULTS = textwrap.dedent('''
 ''')
 
 
+@cpu_plumbing
 def test_every_test_is_accounted_for_and_a_memory_hog_fails_without_taking_the_run_down(tmp_path):
     """One zip, three members, one gate run: a member that asks for 64 GiB fails its case with a
     verdict naming the allocation and the limit, and the run goes on; a member whose test crashes
@@ -690,6 +703,7 @@ def test_a_compile_that_fails_is_the_kernels_error_once():
     assert active_mode.get() is None
 
 
+@cpu_plumbing
 def test_the_drawn_phase_runs_in_shards_at_once(tmp_path):
     """--gate-shards 2 -n 2 under the gate profile (random draws): two property tests draw at once,
     each for the whole budget. Both run, the table adds up their cases, and the drawn phase's time
@@ -787,6 +801,7 @@ STUCK_WORKER_PLUGIN = textwrap.dedent('''
 ''')
 
 
+@cpu_plumbing
 def test_a_worker_that_never_exits_does_not_hold_the_gate(tmp_path):
     """A worker process that cannot be reaped (stuck in the GPU driver after a fault: an H200 gate
     ran every test, then hung in xdist's teardown with no table, 2026-12-02) is left behind after
