@@ -467,20 +467,8 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
     that the recent cases say would end past it. A fake clock makes each call take 10 s: with a
     25 s budget the cases at 0 s and 10 s run, the one that would start at 20 s does not (the
     old rule started it and ended at 30 s), and the tally says the budget was reached."""
-    import oracles.gate.fuzz as gate_fuzz
-    from oracles.gate.fuzz import Fuzz
-    from oracles.harness.differential import RunOptions
-    from oracles.submission.loader import Implementation, bundled_implementations
     from strategies.hc_head import judge_cases
-    clock = [1000.0]
-    monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
-    impl = bundled_implementations("hc_head")[0]
-
-    def takes_ten_seconds(**inputs):
-        clock[0] += 10.0
-        return impl.fn(**inputs)
-    slow = Implementation(op="hc_head", name="slow.py", fn=takes_ten_seconds)
-    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=25.0, case_timeout_s=None, kind="fuzz")
+    clock, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=25.0)
     case = judge_cases(run_options.device)[0]
     ran = 0
     for _ in range(5):
@@ -491,20 +479,13 @@ def test_the_drawn_phase_starts_no_case_that_would_end_past_the_budget(request, 
     assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2 and fuzz.tally.seconds == 20.0
 
 
-def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_options, monkeypatch):
-    """Hypothesis knows no time budget: past --gate-budget it drew cases up to the gate profile's
-    400 only for check() to pass them (a public hc_head's property ran 69 s at a 30 s budget on an
-    H200). A fake clock makes each case take 10 s: with a 25 s budget two cases run, then every
-    example ends before drawing, and the property passes. The plugin installs this on
-    Hypothesis's inner test, so the derandomized (ci) draws, seeded from the source, are kept."""
-    import types
+def ten_second_cases(request, run_options, monkeypatch, *, budget_s: float):
+    """A fake clock for oracles.gate.fuzz, the bundled hc_head made to take 10 s of it a call, and
+    a drawn-phase Fuzz with `budget_s`: (clock, implementation, fuzz)."""
     import oracles.gate.fuzz as gate_fuzz
-    from hypothesis import given, settings, strategies as st
-    from hypothesis.internal.reflection import function_digest
-    from oracles.gate.fuzz import Fuzz, end_when_budget_spent
+    from oracles.gate.fuzz import Fuzz
     from oracles.harness.differential import RunOptions
     from oracles.submission.loader import Implementation, bundled_implementations
-    from strategies.hc_head import judge_cases
     clock = [1000.0]
     monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
     impl = bundled_implementations("hc_head")[0]
@@ -513,7 +494,22 @@ def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_
         clock[0] += 10.0
         return impl.fn(**inputs)
     slow = Implementation(op="hc_head", name="slow.py", fn=takes_ten_seconds)
-    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=25.0, case_timeout_s=None, kind="fuzz")
+    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=budget_s, case_timeout_s=None, kind="fuzz")
+    return clock, slow, fuzz
+
+
+def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_options, monkeypatch):
+    """Hypothesis knows no time budget: past --gate-budget it drew cases up to the gate profile's
+    400 only for check() to pass them (a public hc_head's property ran 69 s at a 30 s budget on an
+    H200). A fake clock makes each case take 10 s: with a 25 s budget two cases run, then every
+    example ends before drawing, and the property passes. The plugin installs this on
+    Hypothesis's inner test, so the derandomized (ci) draws, seeded from the source, are kept."""
+    import types
+    from hypothesis import given, settings, strategies as st
+    from hypothesis.internal.reflection import function_digest
+    from oracles.gate.fuzz import end_when_budget_spent
+    from strategies.hc_head import judge_cases
+    _, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=25.0)
     case = min(judge_cases(run_options.device), key=lambda c: c.inputs["x"].numel())
     draws = []
 
