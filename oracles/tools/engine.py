@@ -524,6 +524,7 @@ def run(args) -> int:
                         log_dir / f"worker-{i}.log")
     restarts: dict[str, int] = {}
     done: dict[str, str] = {}  # workers that ended for good, and why
+    could_not_fuzz: dict[str, str] = {}  # of those, the ones that died before fuzzing anything
 
     def supervise() -> None:
         """A worker that exits 0 has nothing left to fuzz; one that died while fuzzing (a
@@ -539,6 +540,8 @@ def run(args) -> int:
             elif not fuzzing or restarts.get(name, 0) >= MAX_RESTARTS:
                 done[name] = f"exited with code {code} after {processes.ran_s(name):.0f} s: see {log}"
                 print(f"{name} {done[name]}", flush=True)
+                if not fuzzing:
+                    could_not_fuzz[name] = done[name]
             else:
                 restarts[name] = restarts.get(name, 0) + 1
                 print(f"{name} died (exit code {code}; a negative code is the signal): restarting it "
@@ -570,7 +573,7 @@ def run(args) -> int:
             supervise()
             if all(name in done for name in processes.running if name.startswith("worker-")):
                 ended = ("every worker has stopped (HypoFuzz stops fuzzing a test at its first failure)"
-                         if not broken(done) else f"every worker has stopped; {len(broken(done))} could not fuzz")
+                         if not could_not_fuzz else f"every worker has stopped; {len(could_not_fuzz)} could not fuzz")
                 break
             if now >= next_look:
                 replay_new()
@@ -589,18 +592,13 @@ def run(args) -> int:
           + "".join(f"{name}: restarted {n} time(s) after dying (the case it was running is not known: run "
                     f"pytest --kernel on it, whose crashed workers become fixtures)\n" for name, n in restarts.items()) +
           "".join(f"{name} could not fuzz: {why} (the engine's or its environment's error, not the "
-                    f"kernel's)\n" for name, why in broken(done).items()) +
+                    f"kernel's)\n" for name, why in could_not_fuzz.items()) +
           f"logs: {log_dir}", flush=True)
     if any(r["failures"] for r in rows) or fixtures or restarts:
         return 1
     # A worker that died before fuzzing (a missing dependency, a collection error) fuzzed nothing:
     # exit 0 would read as "nothing found" (an H200 run lacking `watchdog` did so, 2026-12-02).
-    return 3 if broken(done) else 0
-
-
-def broken(done: dict[str, str]) -> dict[str, str]:
-    """The workers that ended for good with an error, not because every test they fuzzed failed."""
-    return {name: why for name, why in done.items() if why.startswith("exited with code")}
+    return 3 if could_not_fuzz else 0
 
 
 def main(argv: list[str] | None = None) -> int:
