@@ -118,10 +118,11 @@ class Fuzz:
         Before any case was judged they go on too: a first example that ends so fails Hypothesis's
         health check (large_base_example), and then the test."""
         __tracebackhide__ = True
-        if self.seen_failing or not self.case_seconds or not currently_in_test_context():
+        # Cheapest first: every example of every property (no budget: the suite's) passes here.
+        if self.seen_failing or not self.case_seconds or not self.out_of_budget() or not currently_in_test_context():
             return  # no case judged yet: were the first example an overrun, Hypothesis would fail a health check
         context = current_build_context()
-        if context.is_final or not hasattr(context.data, "mark_overrun") or not self.out_of_budget():
+        if context.is_final or not hasattr(context.data, "mark_overrun"):
             return
         self._start(implementation)
         self.tally.budget_exhausted = True

@@ -537,14 +537,9 @@ def test_a_budget_spent_before_any_case_does_not_fail_the_property(request, run_
     """Were the very first example to end undrawn, Hypothesis would fail its health check
     (large_base_example) and with it the property: until a case has been judged, draws go on."""
     import types
-    import oracles.gate.fuzz as gate_fuzz
     from hypothesis import given, settings, strategies as st
-    from oracles.gate.fuzz import Fuzz, end_when_budget_spent
-    from oracles.harness.differential import RunOptions
-    from oracles.submission.loader import bundled_implementations
-    clock = [1000.0]
-    monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
-    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=5.0, case_timeout_s=None, kind="fuzz")
+    from oracles.gate.fuzz import end_when_budget_spent
+    clock, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=5.0)
     clock[0] += 10.0  # the budget is gone before the first example (a slow start)
 
     @settings(max_examples=50, database=None, deadline=None)
@@ -553,35 +548,33 @@ def test_a_budget_spent_before_any_case_does_not_fail_the_property(request, run_
         data.draw(st.integers())
 
     end_when_budget_spent(types.SimpleNamespace(obj=prop, fixturenames=("data", "fuzz", "implementation")))
-    prop(fuzz=fuzz, implementation=bundled_implementations("hc_head")[0])
+    prop(fuzz=fuzz, implementation=slow)
 
 
 def test_a_spent_budget_still_draws_to_replay_a_failure(request, run_options, monkeypatch):
     """With a failure found the drawn phase does not end early: Hypothesis shrinks and replays it
-    (check raises it again from its content hash), so the failure is reported, not lost."""
-    import oracles.gate.fuzz as gate_fuzz
+    (check raises it again from its content hash), so the failure is reported, not lost. Here
+    the first example's case runs (10 s of a 25 s budget), the next fails, and the budget is
+    spent before Hypothesis has shrunk and replayed it."""
     from hypothesis import given, settings, strategies as st
-    from oracles.gate.fuzz import Fuzz
-    from oracles.harness.differential import RunOptions
-    from oracles.submission.loader import bundled_implementations
-    clock = [1000.0]
-    monkeypatch.setattr(gate_fuzz.time, "monotonic", lambda: clock[0])
-    impl = bundled_implementations("hc_head")[0]
-    fuzz = Fuzz(request.node, RunOptions(device=run_options.device), budget_s=25.0, case_timeout_s=None, kind="fuzz")
+    from strategies.hc_head import judge_cases
+    clock, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=25.0)
+    case = min(judge_cases(run_options.device), key=lambda c: c.inputs["x"].numel())
 
-    @settings(max_examples=400, database=None, deadline=None)
+    @settings(max_examples=400, database=None, deadline=None, derandomize=True)
     @given(data=st.data())
     def prop(data):
-        fuzz.end_if_spent(impl)
+        fuzz.end_if_spent(slow)
         value = data.draw(st.integers(0, 10))
-        clock[0] += 10.0
-        if value == 0:
-            fuzz.seen_failing[value] = True
-        if value == 0 or not fuzz.out_of_budget():
-            assert value != 0, "the planted failure"
+        if value:
+            fuzz.seen_failing[value] = True  # as record() remembers a failing case
+            clock[0] += 10.0
+            raise AssertionError("the planted failure")
+        fuzz.check(case, slow)
 
     with pytest.raises(AssertionError, match="the planted failure"):
         prop()
+    assert fuzz.case_seconds and fuzz.out_of_budget()  # the budget was spent while it replayed
 
 
 def submit_compile(mode, key: str, compile_fn, cache: dict):
