@@ -102,6 +102,15 @@ class Case:
         return {k: copy_preserving_layout(v, self.device_of(k, device)) if isinstance(v, torch.Tensor) else v
                 for k, v in self.inputs.items()}
 
+    def on(self, device: str | torch.device) -> "Case":
+        """This case with its inputs on `device` (host inputs on the CPU), layouts kept: itself
+        when they already are. run_case judges a case where it runs: on a GPU the float64 oracle
+        and the checks of a bulk-row case (millions of values) took 0.2-3 s a case on the host
+        against the milliseconds they take on the device (H200, 2026-12-04)."""
+        if all(_same_device(t.device, torch.device(self.device_of(name, device))) for name, t in self.tensors().items()):
+            return self
+        return replace(self, inputs=self.to(device))
+
     def summary(self) -> str:
         """One line naming every argument: shapes, dtypes, layouts and scalars."""
         parts = []
@@ -122,6 +131,11 @@ class Case:
             identity["host_inputs"] = sorted(self.host_inputs)
         payload = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _same_device(have: torch.device, want: torch.device) -> bool:
+    """`have` is `want` ("cuda" means the current device: any index will do for one GPU a process)."""
+    return have.type == want.type and (want.index is None or have.index == want.index)
 
 
 def storage_extent(t: torch.Tensor) -> int:

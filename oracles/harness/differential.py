@@ -181,6 +181,9 @@ def _harness_frame(filename: str) -> bool:
 def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
     spec = get_op(op_name)
     verdict = Verdict()
+    # Judged where it runs: the kernel's guarded inputs, the reference's copies and the oracle
+    # all come from one copy on the device (a fixture keeps the caller's case).
+    case = case.on(options.device)
     run = run_kernel(fn, case, options.device, sanitize=options.sanitize, alloc_limit=options.alloc_limit)
     names = spec.output_names
     if device_fault(run.error):

@@ -57,12 +57,13 @@ sign-set NaN below -inf and -0.0 below +0.0.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from oracles.verdict import (FAIL, MAX_LISTED, PASS, RISK, TIE, Check, bounded_check, contract_check, fmt,
-                             judge_check, judge_on_rows, specials_check)
+                             judge_check, judge_on_rows, on_device, specials_check)
 from oracles.ops import OpSpec
 from strategies import gate_topk as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -84,7 +85,7 @@ def reference(x, k):
 
 @dataclass(frozen=True)
 class Order64:
-    """x in float64 on the CPU and its stable descending top k ([M, N] and [M, k])."""
+    """x in float64 on x's device and its stable descending top k ([M, N] and [M, k])."""
     x: torch.Tensor          # [M, N] float64: exact upcast of x
     nan: torch.Tensor        # [M, N] bool
     values: torch.Tensor     # [M, k] float64: the k largest of each row, descending, NaN first
@@ -92,11 +93,11 @@ class Order64:
 
 
 def oracle64(x, k) -> Order64:
-    """Every input upcast to float64 on the CPU (exact), then a stable descending sort: torch.sort
-    ranks NaN above every number (documented, either sign), keeps equal values -- -0.0 and +0.0
-    included -- in column order, and compares float64 exactly (tests/suite/test_oracles.py checks it
-    against a plain Python sort)."""
-    xd = x.detach().cpu().double()
+    """Every input upcast to float64 where x lives (exact), then a stable descending sort:
+    torch.sort ranks NaN above every number (documented, either sign), keeps equal values -- -0.0
+    and +0.0 included -- in column order, and compares float64 exactly, on a CPU and on a GPU
+    alike (tests/suite/test_oracles.py checks it against a plain Python sort)."""
+    xd = x.detach().double()
     s = torch.sort(xd, dim=-1, descending=True, stable=True)
     return Order64(xd, xd.isnan(), s.values[:, :k], s.indices[:, :k])
 
@@ -171,9 +172,14 @@ def _more(n: int) -> str:
 def indices_check(indices: torch.Tensor, o: Order64, reference_indices: torch.Tensor) -> Check:
     """Each row: k distinct columns in [0, N), a valid top-k of the row (every chosen value >= every
     unchosen one) in descending order; NaN above every number as in torch.topk; equal values
-    (NaN with NaN, -0.0 with +0.0) in any order. Exact: there is no rounding to allow for."""
-    idx = indices.detach().cpu().long()
-    ref = reference_indices.detach().cpu().long()
+    (NaN with NaN, -0.0 with +0.0) in any order. Exact: there is no rounding to allow for.
+
+    Where o lives (the case's device), in O(M N): ranks are a total preorder, so a row is a valid
+    top-k when its highest unchosen column ranks no higher than its lowest chosen one, and in
+    order when no position ranks above the one before it; only the listed rows are searched for
+    the offending pair."""
+    idx = on_device(o.x, indices).long()
+    ref = on_device(o.x, reference_indices).long()
     M, N = o.x.shape
     k = idx.shape[-1]
     out_of_range = ((idx < 0) | (idx >= N)).nonzero().tolist()
@@ -194,33 +200,53 @@ def indices_check(indices: torch.Tensor, o: Order64, reference_indices: torch.Te
 
     x, nan = o.x, o.nan
     x_c, nan_c = x.gather(1, idx), nan.gather(1, idx)                 # [M, k]
-    chosen = torch.zeros(M, N, dtype=torch.bool).scatter_(1, idx, True)
-    # skipped[m, j, e]: unchosen column e ranks above the column chosen at position j
-    skipped = _greater(x[:, None, :], nan[:, None, :], x_c[:, :, None], nan_c[:, :, None]) & ~chosen[:, None, :]
-    bad_rows = skipped.flatten(1).any(-1).nonzero().flatten().tolist()
+    chosen = torch.zeros(M, N, dtype=torch.bool, device=x.device).scatter_(1, idx, True)
+    low_nan, low_x = _lowest(x_c, nan_c, torch.ones_like(nan_c))       # the lowest-ranked chosen column
+    high_nan, high_x = _highest(x, nan, ~chosen)                       # the highest-ranked unchosen one
+    bad_rows = (_greater(high_x, high_nan, low_x, low_nan) & (~chosen).any(-1)).nonzero().flatten().tolist()
     if bad_rows:
         lines = []
         for m in bad_rows[:MAX_LISTED]:
-            j, e = skipped[m].nonzero()[0].tolist()
+            # skipped[j, e]: unchosen column e ranks above the column chosen at position j
+            skipped = _greater(x[m][None, :], nan[m][None, :], x_c[m][:, None], nan_c[m][:, None]) & ~chosen[m][None, :]
+            j, e = skipped.nonzero()[0].tolist()
             c = int(idx[m, j])
             lines.append(f"row {m}: chose column {c} (position {j}, x {_value(o, m, c)}) but left out column {e} "
                          f"(x {_value(o, m, e)}); kernel {_row(idx[m])}, reference {_row(ref[m])}")
         problems.append(f"not a top-k in {len(bad_rows)} row(s) (a larger value left out; NaN ranks above every "
                         f"number): " + "; ".join(lines) + _more(len(bad_rows)))
-    # inverted[m, i, j], i < j: the column at the later position j ranks above the one at i
-    later_above = _greater(x_c[:, None, :], nan_c[:, None, :], x_c[:, :, None], nan_c[:, :, None])
-    inverted = later_above & torch.ones(k, k, dtype=torch.bool).triu(1)
-    inv_rows = inverted.flatten(1).any(-1).nonzero().flatten().tolist()
+    # a later position ranking above the one before it (by transitivity, above any earlier one)
+    step_up = _greater(x_c[:, 1:], nan_c[:, 1:], x_c[:, :-1], nan_c[:, :-1])
+    inv_rows = step_up.any(-1).nonzero().flatten().tolist()
     if inv_rows:
         lines = []
+        upper = torch.ones(k, k, dtype=torch.bool, device=x.device).triu(1)
         for m in inv_rows[:MAX_LISTED]:
-            i, j = inverted[m].nonzero()[0].tolist()
+            # inverted[i, j], i < j: the column at the later position j ranks above the one at i
+            inverted = _greater(x_c[m][None, :], nan_c[m][None, :], x_c[m][:, None], nan_c[m][:, None]) & upper
+            i, j = inverted.nonzero()[0].tolist()
             a, b = int(idx[m, i]), int(idx[m, j])
             lines.append(f"row {m}: position {i} column {a} (x {_value(o, m, a)}) before position {j} column {b} "
                          f"(x {_value(o, m, b)}); kernel {_row(idx[m])}, reference {_row(ref[m])}")
         problems.append(f"not in descending order in {len(inv_rows)} row(s): " + "; ".join(lines)
                         + _more(len(inv_rows)))
     return Check("indices", FAIL, " | ".join(problems)) if problems else Check("indices", PASS)
+
+
+def _lowest(x, nan, among) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the lowest rank among the columns `among` as (is NaN, value): a number when the row
+    has one there (its smallest), else NaN. Rows with none give (True, NaN): nothing ranks above."""
+    numbers = among & ~nan
+    value = torch.where(numbers, x, torch.full_like(x, math.inf)).amin(-1)
+    return ~numbers.any(-1), value
+
+
+def _highest(x, nan, among) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the highest rank among the columns `among` as (is NaN, value): NaN when the row
+    has one there, else its largest number (-inf when it has none)."""
+    numbers = among & ~nan
+    value = torch.where(numbers, x, torch.full_like(x, -math.inf)).amax(-1)
+    return (among & nan).any(-1), value
 
 
 def tie_description(kernel_row: torch.Tensor, reference_row: torch.Tensor, o: Order64, m: int) -> str:
@@ -249,15 +275,16 @@ def judge_verdict(outputs: dict, reference: dict, o: Order64, indices_valid: boo
     A kernel whose indices are a valid top-k and differ from the reference's only among equal
     values is right; the judge still rejects it: a RISK of kind tie (--judge-exact fails it).
     """
-    out = {n: outputs[n].detach().cpu() for n in OUTPUT_NAMES}
-    ref = {n: reference[n].detach().cpu() for n in OUTPUT_NAMES}
+    ref = {n: reference[n].detach() for n in OUTPUT_NAMES}
+    out = {n: on_device(ref["indices"], outputs[n]) for n in OUTPUT_NAMES}
     left_out = ref["values"].isnan().any(-1)
     if bool(left_out.any()):
         return judge_on_rows(lambda out_, ref_: judge_verdict(out_, ref_, o, indices_valid), outputs, reference,
                              left_out, "the reference itself returns NaN values, which assert_close with equal_nan "
                                        "off rejects for any kernel; the judge never draws such inputs")
     k_idx, r_idx = out["indices"].long(), ref["indices"].long()
-    differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool)
+    differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool,
+                                                                           device=k_idx.device)
     if bool(differ.any()) and not indices_valid:
         c = judge_check(out, ref)
         return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not a valid top-k, "
@@ -290,8 +317,8 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
         return [Check("contract", FAIL, " | ".join(c.message for c in contract))]
     o = oracle64(x, k)
     indices = indices_check(outputs["indices"], o, reference["indices"])
-    values = outputs["values"].detach().cpu()
-    ref_values = reference["values"].detach().cpu()
+    ref_values = reference["values"].detach()
+    values = on_device(ref_values, outputs["values"])
     return [
         Check("contract", PASS),
         indices,
@@ -301,7 +328,7 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
         # reference's device-dependent order of an unordered value: a tie-order risk (a failure
         # under --judge-exact), never the kernel's failure.
         specials_check("values", values, ref_values,
-                       explained={TIE: values.isnan() == o.values.cpu().isnan()}),
+                       explained={TIE: values.isnan() == on_device(values, o.values).isnan()}),
         bounded_check("accuracy", "values", values, o.values, ref_values, accuracy_bound(o),
                       bound_doc="0: every value is an element of x, the j-th largest of its row, which oracle64 "
                                 "holds exactly"),

@@ -57,7 +57,7 @@ import torch
 
 from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
-                             contract_check, fmt, judge_check, judge_on_rows, specials_check)
+                             contract_check, fmt, judge_check, judge_on_rows, on_device, specials_check)
 from oracles.ops import OpSpec
 from strategies import sigmoid_gate_topk_renorm as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -84,14 +84,21 @@ def reference(logits, k, n_shared_experts, route_scale, global_scale, bias):
     return w[:, :k].to(dtype), indices.to(torch.int32), w[:, k:].to(dtype)
 
 
+def active_logits(logits, indices, n_shared_experts) -> torch.Tensor:
+    """The logits that enter the weights for a GIVEN choice of indices ([T, k], each in [0, N)):
+    the chosen routed ones, then the shared ones, [T, k+S] in the logits' dtype, on the CPU.
+    Gathered where the logits live, so only these k+S of a row's N+S cross to the host."""
+    N = logits.shape[-1] - n_shared_experts
+    x = logits.detach()
+    active = torch.cat([x[:, :N].gather(1, on_device(x, indices).long()), x[:, N:]], dim=-1)
+    return active.cpu()
+
+
 def weights_float32(logits, indices, n_shared_experts, route_scale, global_scale):
     """The reference's steps 4-6 for a GIVEN choice of indices (the kernel's own), float32 on the
     CPU, cast to the logits dtype: the special-value semantics that choice must produce."""
     dtype = logits.dtype
-    N = logits.shape[-1] - n_shared_experts
-    routed = logits.detach().cpu()[:, :N].float()
-    shared = logits.detach().cpu()[:, N:].float()
-    active = torch.cat([routed.gather(1, indices.detach().cpu().long()), shared], dim=-1)
+    active = active_logits(logits, indices, n_shared_experts).float()
     p = torch.sigmoid(active)
     w = p / p.sum(-1, keepdim=True) * route_scale * global_scale.detach().cpu().float()
     k = indices.shape[-1]
@@ -155,10 +162,11 @@ def selection_tolerance(x: torch.Tensor, p: torch.Tensor, sel: torch.Tensor) -> 
 
 
 def selection_scores64(logits, n_shared_experts, bias) -> Scores64:
-    """sigmoid(x) + bias for the routed lanes, every input upcast to float64, on the CPU."""
+    """sigmoid(x) + bias for the routed lanes, every input upcast to float64, where the logits
+    live ([T, N]: on a GPU, millions of values a bulk-row case)."""
     N = logits.shape[-1] - n_shared_experts
-    x = logits.detach().cpu()[:, :N].double()   # upcast: exact for bf16/fp16/fp32 logits
-    b = bias.detach().cpu().double()
+    x = logits.detach()[:, :N].double()   # upcast: exact for bf16/fp16/fp32 logits
+    b = on_device(x, bias).double()
     p = torch.sigmoid(x)
     sel = p + b
     return Scores64(sel, selection_tolerance(x, p, sel), sel.isnan())
@@ -178,14 +186,11 @@ class Weights64:
 def weights64(logits, indices, n_shared_experts, route_scale, global_scale) -> Weights64:
     """The weights GIVEN a choice of indices ([T, k], each in [0, N)), in float64 on the CPU: the
     kernel's own valid choice is what its weights are checked against."""
-    N = logits.shape[-1] - n_shared_experts
-    x = logits.detach().cpu().double()          # upcast: exact
-    idx = indices.detach().cpu().long()
-    active = torch.cat([x[:, :N].gather(1, idx), x[:, N:]], dim=-1)
+    active = active_logits(logits, indices, n_shared_experts).double()   # upcast: exact
     p = torch.sigmoid(active)
     total = p.sum(-1, keepdim=True)
     scale = float(route_scale) * global_scale_value(global_scale)
-    return Weights64(p / total * scale, active, p, total, scale, idx.shape[-1])
+    return Weights64(p / total * scale, active, p, total, scale, indices.shape[-1])
 
 
 def oracle64(logits, k, n_shared_experts, route_scale, global_scale, bias) -> tuple[Scores64, torch.Tensor, Weights64]:
@@ -331,9 +336,15 @@ def _row(t: torch.Tensor) -> str:
 def indices_check(indices: torch.Tensor, scores: Scores64, reference_indices: torch.Tensor) -> Check:
     """Each row: k distinct indices in [0, N), a valid top-k of the selection scores (every chosen
     score >= every unchosen one), in descending order, both within the scores' own float32
-    rounding; NaN scores rank above every number, as in torch.topk. Ties in any order."""
-    idx = indices.detach().cpu().long()
-    ref = reference_indices.detach().cpu().long()
+    rounding; NaN scores rank above every number, as in torch.topk. Ties in any order.
+
+    Where the scores live, in O(T N): a row leaves out a definitely larger score when its highest
+    unchosen lower end lies above its lowest chosen upper end, and is out of order when a
+    position's lower end lies above the lowest upper end before it (rounding intervals overlap
+    without being transitive, so every earlier position counts, not only the one before); only
+    the listed rows are searched for the offending pair."""
+    idx = on_device(scores.sel, indices).long()
+    ref = on_device(scores.sel, reference_indices).long()
     T, N = scores.sel.shape
     k = idx.shape[-1]
     problems = []
@@ -354,35 +365,56 @@ def indices_check(indices: torch.Tensor, scores: Scores64, reference_indices: to
 
     lo, hi, nan = scores.lo, scores.hi, scores.nan
     lo_c, hi_c, nan_c = lo.gather(1, idx), hi.gather(1, idx), nan.gather(1, idx)   # [T, k]
-    chosen = torch.zeros(T, N, dtype=torch.bool).scatter_(1, idx, True)
-    # skipped[t, j, e]: unchosen lane e ranks definitely above the lane chosen at position j
-    skipped = _definitely_greater(lo[:, None, :], nan[:, None, :], hi_c[:, :, None], nan_c[:, :, None]) \
-        & ~chosen[:, None, :]
-    bad_rows = skipped.flatten(1).any(-1).nonzero().flatten().tolist()
+    chosen = torch.zeros(T, N, dtype=torch.bool, device=lo.device).scatter_(1, idx, True)
+    top_nan, top_lo = _highest(lo, nan, ~chosen)                  # the highest unchosen lower end
+    floor_nan, floor_hi = _lowest(hi_c, nan_c)                     # the lowest chosen upper end
+    bad_rows = _definitely_greater(top_lo, top_nan, floor_hi, floor_nan).nonzero().flatten().tolist()
     if bad_rows:
         lines = []
         for t in bad_rows[:MAX_LISTED]:
-            j, e = skipped[t].nonzero()[0].tolist()
+            # skipped[j, e]: unchosen lane e ranks definitely above the lane chosen at position j
+            skipped = _definitely_greater(lo[t][None, :], nan[t][None, :], hi_c[t][:, None], nan_c[t][:, None]) \
+                & ~chosen[t][None, :]
+            j, e = skipped.nonzero()[0].tolist()
             c = int(idx[t, j])
             lines.append(f"row {t}: chose lane {c} (position {j}, sel {_score(scores, t, c)}) but skipped "
                          f"lane {e} (sel {_score(scores, t, e)}); kernel {_row(idx[t])}, reference {_row(ref[t])}")
         more = f"; ... and {len(bad_rows) - MAX_LISTED} more row(s)" if len(bad_rows) > MAX_LISTED else ""
         problems.append(f"not a top-k of sel = sigmoid(x) + bias in {len(bad_rows)} row(s) (a larger score "
                         f"beyond float32 rounding left out; NaN ranks above every number): " + "; ".join(lines) + more)
-    # inverted[t, i, j], i < j: the lane at the later position j ranks definitely above the one at i
-    later_above = _definitely_greater(lo_c[:, None, :], nan_c[:, None, :], hi_c[:, :, None], nan_c[:, :, None])
-    inverted = later_above & torch.ones(k, k, dtype=torch.bool).triu(1)
-    inv_rows = inverted.flatten(1).any(-1).nonzero().flatten().tolist()
+    # before_nan[t, j], before_hi[t, j]: (no number, lowest upper end) of positions 0 .. j - 1
+    numbers = ~nan_c
+    before_hi = torch.where(numbers, hi_c, torch.full_like(hi_c, math.inf)).cummin(-1).values
+    before_any = numbers.cumsum(-1) > 0
+    later_above = _definitely_greater(lo_c[:, 1:], nan_c[:, 1:], before_hi[:, :-1], ~before_any[:, :-1])
+    inv_rows = later_above.any(-1).nonzero().flatten().tolist()
     if inv_rows:
         lines = []
+        upper = torch.ones(k, k, dtype=torch.bool, device=lo.device).triu(1)
         for t in inv_rows[:MAX_LISTED]:
-            i, j = inverted[t].nonzero()[0].tolist()
+            # inverted[i, j], i < j: the lane at the later position j ranks definitely above the one at i
+            inverted = _definitely_greater(lo_c[t][None, :], nan_c[t][None, :], hi_c[t][:, None],
+                                           nan_c[t][:, None]) & upper
+            i, j = inverted.nonzero()[0].tolist()
             a, b = int(idx[t, i]), int(idx[t, j])
             lines.append(f"row {t}: position {i} lane {a} (sel {_score(scores, t, a)}) before position {j} "
                          f"lane {b} (sel {_score(scores, t, b)}); kernel {_row(idx[t])}, reference {_row(ref[t])}")
         more = f"; ... and {len(inv_rows) - MAX_LISTED} more row(s)" if len(inv_rows) > MAX_LISTED else ""
         problems.append(f"not in descending score order in {len(inv_rows)} row(s): " + "; ".join(lines) + more)
     return Check("indices", FAIL, " | ".join(problems)) if problems else Check("indices", PASS)
+
+
+def _highest(values, nan, among) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the highest of `values` among the lanes `among` as (is NaN, value): NaN when the
+    row has a NaN score there, else its largest value (-inf when it has none)."""
+    numbers = among & ~nan
+    return (among & nan).any(-1), torch.where(numbers, values, torch.full_like(values, -math.inf)).amax(-1)
+
+
+def _lowest(values, nan) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the lowest of `values` as (is NaN, value): its smallest number, or NaN when every
+    lane is NaN (then no score ranks definitely above it)."""
+    return nan.all(-1), torch.where(~nan, values, torch.full_like(values, math.inf)).amin(-1)
 
 
 def tie_description(kernel_row: torch.Tensor, reference_row: torch.Tensor, scores: Scores64, t: int) -> str:
@@ -487,8 +519,8 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     checks = [Check("contract", PASS)]
 
     scores = selection_scores64(logits, S, args["bias"])
-    idx = outputs["indices"].detach().cpu().long()
-    indices = indices_check(idx, scores, reference["indices"])
+    idx = outputs["indices"].detach().cpu().long()   # [T, k]: the weights' checks run on the host
+    indices = indices_check(outputs["indices"], scores, reference["indices"])
     checks.append(indices)
 
     allowed = explained = None

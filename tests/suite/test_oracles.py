@@ -171,6 +171,84 @@ def test_sgtr_oracle64_against_mpmath(case):
             assert abs(float(o.w[t, j]) - float(exact)) <= 1e-13 * abs(o.scale) + 1e-300, (t, j, float(o.w[t, j]), float(exact))
 
 
+def sgtr_pairwise_problems(scores, t: int, chosen: list[int]) -> set[str]:
+    """The indices check's rules pair by pair in plain Python, for row t of distinct in-range lanes:
+    'skipped' (an unchosen lane's score lies definitely above a chosen one's: NaN above every
+    number, else its interval's lower end above the other's upper end) and 'descending' (a later
+    position definitely above an earlier one)."""
+    lo, hi, nan = scores.lo[t].tolist(), scores.hi[t].tolist(), scores.nan[t].tolist()
+
+    def above(a, b):
+        return (nan[a] and not nan[b]) or (not nan[a] and not nan[b] and lo[a] > hi[b])
+    unchosen = [e for e in range(len(lo)) if e not in chosen]
+    problems = set()
+    if any(above(e, c) for c in chosen for e in unchosen):
+        problems.add("skipped")
+    if any(above(chosen[j], chosen[i]) for i in range(len(chosen)) for j in range(i + 1, len(chosen))):
+        problems.add("descending")
+    return problems
+
+
+@sgtr
+@given(case=sigmoid_gate_topk_renorm_cases(min_tokens=1, max_tokens=3, max_experts=24), data=st.data())
+@settings(max_examples=80)
+def test_sgtr_indices_check_against_the_pairwise_rules(case, data):
+    """The indices check decides in O(T N) (the highest unchosen lower end against the lowest
+    chosen upper end; each position against the lowest upper end before it): it fails a row
+    exactly when some pair breaks a rule, on the reference's choice, shuffled, or with a lane
+    swapped for an unchosen one."""
+    a = case.inputs
+    scores = sgtr_oracle.selection_scores64(a["logits"], a["n_shared_experts"], a["bias"])
+    T, N = scores.sel.shape
+    k = a["k"]
+    reference = sgtr_oracle.reference(**a)[1].long()
+    rows = []
+    for t in range(T):
+        row = reference[t].tolist()
+        move = data.draw(st.sampled_from(["keep", "shuffle", "swap"]), label=f"move row {t}")
+        if move == "shuffle":
+            row = data.draw(st.permutations(row), label=f"order row {t}")
+        elif move == "swap" and k < N:
+            unchosen = [e for e in range(N) if e not in row]
+            row[data.draw(st.integers(0, k - 1))] = data.draw(st.sampled_from(unchosen))
+        rows.append(row)
+    expected = set().union(*(sgtr_pairwise_problems(scores, t, rows[t]) for t in range(T)))
+    check = sgtr_oracle.indices_check(torch.tensor(rows, dtype=torch.int32), scores, reference)
+    found = {rule for rule in ("skipped", "descending") if rule in check.message}
+    assert (check.status == "fail") == bool(expected) and found == expected, (rows, check.message)
+
+
+@sgtr
+def test_sgtr_indices_order_is_checked_against_every_earlier_position():
+    """Rounding intervals overlap without being transitive: scores a < b < c, each within float32
+    rounding of the next but c definitely above a. The order [a, b, c] puts c after a: not
+    descending, though no neighbouring pair is inverted; [c, b, a] and [b, c, a] are valid."""
+    base = scores_case([0.25, 0.25, 0.25], k=3)
+    tol = float(sgtr_oracle.selection_scores64(base.inputs["logits"], 0, base.inputs["bias"]).tol.max())
+    steps = [0.25 + 1.5 * tol * i for i in range(3)]
+    case = scores_case(steps, k=3)
+    scores = sgtr_oracle.selection_scores64(case.inputs["logits"], 0, case.inputs["bias"])
+    sel, t = scores.sel[0], scores.tol[0]
+    assert float(sel[1] - sel[0]) < float(t[0] + t[1]) and float(sel[2] - sel[1]) < float(t[1] + t[2])
+    assert float(sel[2] - sel[0]) > float(t[0] + t[2])
+    reference = sgtr_oracle.reference(**case.inputs)[1]
+    for choice, valid in (([0, 1, 2], False), ([2, 1, 0], True), ([1, 2, 0], True)):
+        check = sgtr_oracle.indices_check(torch.tensor([choice], dtype=torch.int32), scores, reference)
+        assert (check.status == "pass") == valid, (choice, check.message)
+        if not valid:
+            assert "position 0 lane 0" in check.message and "position 2 lane 2" in check.message, check.message
+
+
+@sgtr
+def test_sgtr_indices_a_nan_score_left_out_is_skipped():
+    """torch.topk ranks a NaN score above every number: leaving it out for a number fails."""
+    case = scores_case([0.0, 0.0, 0.0], logits=[0.0, math.nan, 1.0], k=1)
+    checks, _ = sgtr_checks(case, [[2]])
+    assert checks["indices"].status == "fail" and "skipped lane 1 (sel NaN)" in checks["indices"].message
+    checks, _ = sgtr_checks(case, [[1]])
+    assert checks["indices"].status == "pass", checks["indices"].message
+
+
 # sel = 0.5 + bias: scores [1.5, 3.5, 3.5, 2.5, 3.5, 0.5] -- the design card's [1, 3, 3, 2, 3, 0]
 TIED = [1.0, 3.0, 3.0, 2.0, 3.0, 0.0]
 
@@ -362,6 +440,49 @@ def test_gate_topk_oracle64_against_a_python_sort(case):
         assert o.indices[m].tolist() == expected, (m, row, o.indices[m].tolist(), expected)
         got = o.values[m].tolist()
         assert all((math.isnan(a) and math.isnan(row[j])) or a == row[j] for a, j in zip(got, expected))
+
+
+def brute_force_top_k_problems(row: list[float], chosen: list[int]) -> set[str]:
+    """The indices check's rules, pair by pair in plain Python: which of 'left out' (an unchosen
+    column ranks above a chosen one) and 'descending' (a later position ranks above an earlier
+    one) a row of distinct, in-range columns breaks. Rank: NaN above every number, NaNs equal,
+    numbers by value."""
+    def above(a, b):
+        na, nb = math.isnan(row[a]), math.isnan(row[b])
+        return (na and not nb) or (not na and not nb and row[a] > row[b])
+    unchosen = [e for e in range(len(row)) if e not in chosen]
+    problems = set()
+    if any(above(e, c) for c in chosen for e in unchosen):
+        problems.add("left out")
+    if any(above(chosen[j], chosen[i]) for i in range(len(chosen)) for j in range(i + 1, len(chosen))):
+        problems.add("descending")
+    return problems
+
+
+@gt
+@given(case=gate_topk_cases(min_rows=1, max_rows=3, max_cols=40), data=st.data())
+@settings(max_examples=80)
+def test_gate_topk_indices_check_against_the_pairwise_rules(case, data):
+    """The indices check decides in O(M N) (lowest chosen against highest unchosen, neighbouring
+    positions): it fails a row exactly when some pair breaks a rule, on choices that are the
+    reference's, shuffled, or with a column swapped for an unchosen one."""
+    x, k = case.inputs["x"], case.inputs["k"]
+    M, N = x.shape
+    reference = gt_oracle.reference(**case.inputs)[1].long()
+    rows = []
+    for m in range(M):
+        row = reference[m].tolist()
+        move = data.draw(st.sampled_from(["keep", "shuffle", "swap"]), label=f"move row {m}")
+        if move == "shuffle":
+            row = data.draw(st.permutations(row), label=f"order row {m}")
+        elif move == "swap" and k < N:
+            unchosen = [e for e in range(N) if e not in row]
+            row[data.draw(st.integers(0, k - 1))] = data.draw(st.sampled_from(unchosen))
+        rows.append(row)
+    expected = set().union(*(brute_force_top_k_problems(x[m].double().tolist(), rows[m]) for m in range(M)))
+    check = gt_oracle.indices_check(torch.tensor(rows, dtype=torch.int32), gt_oracle.oracle64(x, k), reference)
+    found = {rule for rule in ("left out", "descending") if rule in check.message}
+    assert (check.status == "fail") == bool(expected) and found == expected, (rows, check.message)
 
 
 # [1, 3, 3, 2, 3, 0]: the design card's scores; torch.topk orders the three 3s differently on
