@@ -80,7 +80,7 @@ import torch.nn.functional as F
 
 from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
-                             contract_check, fmt, judge_check, judge_on_rows, specials_check)
+                             contract_check, fmt, judge_check, judge_on_rows, on_device, specials_check)
 from oracles.ops import OpSpec
 from strategies import moe_fused_gate as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -177,11 +177,12 @@ def reference(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_exper
 
 def weights_float32(case: Case, indices: torch.Tensor) -> torch.Tensor:
     """The reference's weights for a GIVEN choice of routed experts (the kernel's own: [M, KR]
-    int64, each in [0, N)), float32 on the CPU: the special-value semantics that choice must give."""
-    args = {n: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for n, v in case.inputs.items()}
+    int64, each in [0, N)), float32 where the case lives (the device the reference runs on, whose
+    torch ops keep subnormals as the CPU's do): the special-value semantics that choice must give."""
+    args = {n: (v.detach() if isinstance(v, torch.Tensor) else v) for n, v in case.inputs.items()}
     o = _options(args)
-    act, _ = _activations32(args["scores"], args["bias"], o["scoring_func"], o["c"])
-    return _assemble32(act, indices.cpu().long(), o["topk"], act.shape[1], o["renormalize"], o["rsf"],
+    act, _ = _activations32(args["scores"], on_device(args["scores"], args["bias"]), o["scoring_func"], o["c"])
+    return _assemble32(act, on_device(act, indices).long(), o["topk"], act.shape[1], o["renormalize"], o["rsf"],
                        o["apply"])[0]
 
 
@@ -264,16 +265,16 @@ def softcap_error(s: torch.Tensor, c: float) -> torch.Tensor:
 
 
 def scores64(scores, bias, scoring_func="sigmoid", moe_softcapping=0.0) -> Scores64:
-    """Step 1 with every input upcast to float64 on the CPU (bias through .float() first, as the
-    reference), and the per-element float32 error bounds (see the *_error functions).
+    """Step 1 with every input upcast to float64 where the scores live (bias through .float()
+    first, as the reference), and the per-element float32 error bounds (see the *_error functions).
 
     Softmax: act_e = exp(z_e) / sum_j exp(z_j), z = sel - max(sel). A sel error t_j moves act_e by
     act_e (t_e + sum_j act_j t_j) to first order; float32 evaluation adds z's rounding and exp's
     error, (2|z| + EXP_ULPS) u relative on each term, gamma_{N-1} on the sum and DIV_ULPS u on the
     division; every exp may flush or underflow (FLT_MIN each, over a sum >= 1): + FLT_MIN (2 + N act_e).
     """
-    x = scores.detach().cpu().double()                 # upcast: exact for bf16/fp16/fp32
-    b = bias.detach().cpu().float().double()           # the reference's .float(), then exact
+    x = scores.detach().double()                       # upcast: exact for bf16/fp16/fp32
+    b = on_device(x, bias).float().double()            # the reference's .float(), then exact
     if scoring_func in ("sigmoid", "sqrtsoftplus"):
         if scoring_func == "sigmoid":
             act = torch.sigmoid(x)
@@ -370,7 +371,7 @@ def groups64(sc: Scores64, G: int, topk_group: int) -> Groups64:
     add); a sum that may overflow float32 is open toward that infinity."""
     M, N = sc.sel.shape
     if G <= 1:
-        zero = torch.zeros(M, 1, dtype=torch.float64)
+        zero = torch.zeros(M, 1, dtype=torch.float64, device=sc.sel.device)
         return Groups64(1, N, 1, zero, zero, zero)
     score = _top2_sum(sc.sel, G)
     lo = _top2_sum(sc.sel - sc.tol, G)
@@ -389,7 +390,7 @@ def kept_sets(g: Groups64, m: int) -> torch.Tensor:
     enumerated."""
     G, tg = g.G, g.topk_group
     if G == 1:
-        return torch.ones(1, 1, dtype=torch.bool)
+        return torch.ones(1, 1, dtype=torch.bool, device=g.lo.device)
     lo, hi = g.lo[m], g.hi[m]
     above = lo[:, None] > hi[None, :]                 # above[h, q]: group h definitely above group q
     forced_out = above.sum(0) >= tg
@@ -429,12 +430,12 @@ def _violations(chosen: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, member
     vlo = torch.where(members, lo, -math.inf)          # a dropped expert ranks as -inf, exactly
     vhi = torch.where(members, hi, -math.inf)
     clo, chi = vlo.gather(1, chosen), vhi.gather(1, chosen)
-    unchosen = torch.ones(R, N, dtype=torch.bool).scatter_(1, chosen, False)
+    unchosen = torch.ones(R, N, dtype=torch.bool, device=lo.device).scatter_(1, chosen, False)
     best_lo = torch.where(unchosen, vlo, -math.inf)
     witness_val, witness = best_lo.max(-1)              # the highest-ranking unchosen expert
     skipped = torch.where(witness_val[:, None] > chi, witness[:, None], torch.full_like(chosen, -1))
     KR = chosen.shape[1]
-    inverted = (clo[:, None, :] > chi[:, :, None]) & torch.ones(KR, KR, dtype=torch.bool).triu(1)
+    inverted = (clo[:, None, :] > chi[:, :, None]) & torch.ones(KR, KR, dtype=torch.bool, device=lo.device).triu(1)
     return skipped, inverted
 
 
@@ -469,7 +470,7 @@ class RowChoices(Sequence):
     of them took 2 of a bulk case's 7 s on the CPU."""
 
     def __init__(self, M: int):
-        self.ok = torch.zeros(M, dtype=torch.bool)
+        self.ok = torch.zeros(M, dtype=torch.bool)   # on the host: set a row at a time
         self._built: dict[int, Choice] = {}
         self._batched: dict[int, tuple] = {}   # row -> (masks [C, G], valid [C], count [C], skipped, inverted)
 
@@ -504,7 +505,7 @@ def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices
     lo, hi = sc.rank_interval()
     M = routed.shape[0]
     choices = RowChoices(M)
-    alone = torch.ones(M, dtype=torch.bool)
+    alone = torch.ones(M, dtype=torch.bool, device=lo.device)
     for rows, masks, above in _kept_set_candidates(g):
         R, C, G = masks.shape
         valid = ~(~masks[:, :, :, None] & masks[:, :, None, :] & above[:, None]).flatten(2).any(-1)    # [R, C]
@@ -520,8 +521,9 @@ def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices
             has_set = valid[part].any(-1)
             ok = ((count == 0) & valid[part]).any(-1).tolist()
             alone[r] = ~has_set
+            row_ids = r.tolist()   # once: an int() of each element is a device sync on a GPU
             for i in has_set.nonzero().flatten().tolist():
-                choices.add_batched(int(r[i]), ok[i], masks[first + i], valid[first + i], count[i], skipped[i],
+                choices.add_batched(row_ids[i], ok[i], masks[first + i], valid[first + i], count[i], skipped[i],
                                     inverted[i])
     for m in alone.nonzero().flatten().tolist():
         choices.add(m, judge_choice(routed[m], lo[m], hi[m], g, kept_sets(g, m)))
@@ -535,7 +537,9 @@ def _kept_set_candidates(g: Groups64):
     filter, and which group is definitely above which in those rows."""
     M, G, tg = g.score.shape[0], g.G, g.topk_group
     if G == 1:
-        yield torch.arange(M), torch.ones(M, 1, 1, dtype=torch.bool), torch.zeros(M, 1, 1, dtype=torch.bool)
+        device = g.score.device
+        yield (torch.arange(M, device=device), torch.ones(M, 1, 1, dtype=torch.bool, device=device),
+               torch.zeros(M, 1, 1, dtype=torch.bool, device=device))
         return
     above = g.lo[:, :, None] > g.hi[:, None, :]         # [M, h, q]: group h definitely above group q
     forced_out = above.sum(1) >= tg
@@ -547,7 +551,7 @@ def _kept_set_candidates(g: Groups64):
             continue  # kept_sets raises on these rows, one by one
         rows = ((n_open == no) & (need == nd)).nonzero().flatten()
         picks = list(itertools.combinations(range(no), nd))
-        combos = torch.tensor(picks, dtype=torch.long).view(len(picks), nd)                 # [C, nd]
+        combos = torch.tensor(picks, dtype=torch.long, device=rows.device).view(len(picks), nd)   # [C, nd]
         open_groups = open_[rows].nonzero()[:, 1].view(rows.numel(), no)                    # ascending, per row
         masks = forced_in[rows][:, None, :].repeat(1, combos.shape[0], 1)
         masks.scatter_(2, open_groups[:, combos], True)
@@ -561,7 +565,8 @@ def oracle_choice(sc: Scores64, g: Groups64, KR: int) -> torch.Tensor:
     M, N = sel.shape
     if g.G > 1:
         order = torch.sort(torch.where(g.score.isnan(), math.inf, g.score), dim=-1, descending=True, stable=True)
-        kept = torch.zeros(M, g.G, dtype=torch.bool).scatter_(1, order.indices[:, :g.topk_group], True)
+        kept = torch.zeros(M, g.G, dtype=torch.bool, device=sel.device).scatter_(1, order.indices[:, :g.topk_group],
+                                                                                 True)
         sel = torch.where(kept.repeat_interleave(g.per_group, dim=1), sel, -math.inf)
     key = torch.where(sel.isnan(), math.inf, sel)
     # NaN first, then +inf (key +inf too: a stable sort keeps the lower index first among them,
@@ -665,11 +670,11 @@ def weight_hull_accepts(weights: torch.Tensor, o: Weights64) -> torch.Tensor:
     """[M, topk] bool: a weight some float32 evaluation of an underflowing row gives: routed in
     [0, sa], shared in [0, sa / |r|] (or either sign of r), within rounding; or NaN, or an infinity
     (a quotient by a flushed sum)."""
-    w = weights.detach().cpu().double()
+    w = on_device(o.w, weights).double()
     sa = o.rsf if o.apply else 1.0
     routed_hi = sa
     shared_hi = sa / o.rsf if o.rsf != 0.0 else math.inf
-    his = torch.tensor([routed_hi] * o.KR + [shared_hi] * (w.shape[1] - o.KR), dtype=torch.float64)
+    his = torch.tensor([routed_hi] * o.KR + [shared_hi] * (w.shape[1] - o.KR), dtype=torch.float64, device=w.device)
     lo, hi = torch.minimum(his, torch.zeros_like(his)), torch.maximum(his, torch.zeros_like(his))
     slack = 8 * U32 * his.abs().nan_to_num(0, 0, 0) + ulp(his.abs().nan_to_num(0, 0, 0), torch.float32) \
         + 3 * FLT32_TINY
@@ -770,12 +775,12 @@ def indices_check(indices: torch.Tensor, reference_indices: torch.Tensor, sc: Sc
     valid set of kept groups, in descending order, all within float32 rounding; NaN above every
     number, NaNs and exact or within-rounding ties in any order. Shared slots: exactly N + j.
     Returns the check and, when the routed slots are well formed, each row's Choice."""
-    idx = indices.detach().cpu().long()
-    ref = reference_indices.detach().cpu().long()
+    idx = on_device(sc.sel, indices).long()
+    ref = on_device(sc.sel, reference_indices).long()
     M, N = sc.sel.shape
     K = idx.shape[1]
     problems = []
-    shared_bad = (idx[:, KR:] != (N + torch.arange(K - KR))[None, :]).any(-1).nonzero().flatten().tolist()
+    shared_bad = (idx[:, KR:] != (N + torch.arange(K - KR, device=idx.device))[None, :]).any(-1).nonzero().flatten().tolist()
     if shared_bad:
         shown = "; ".join(f"row {m}: kernel {_row(idx[m])}, reference {_row(ref[m])}" for m in shared_bad[:MAX_LISTED])
         problems.append(f"shared slots {KR}..{K - 1} must hold N + j = {N}..{N + K - KR - 1} in {len(shared_bad)} "
@@ -873,8 +878,8 @@ def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR:
       `allowed` (both kernel and reference are float32 evaluations within the bound);
     - `explained[kind]` ([M, topk] bool; degenerate, ftz): underflowing rows.
     """
-    out = {n: outputs[n].detach().cpu() for n in OUTPUT_NAMES}
-    ref = {n: reference[n].detach().cpu() for n in OUTPUT_NAMES}
+    ref = {n: on_device(sc.sel, reference[n]) for n in OUTPUT_NAMES}
+    out = {n: on_device(sc.sel, outputs[n]) for n in OUTPUT_NAMES}
     left_out = ref["weights"].isnan().any(-1)
     if bool(left_out.any()):
         return judge_on_rows(lambda out_, ref_: judge_verdict(out_, ref_, sc, g, KR, choices, indices_valid, allowed,
@@ -882,7 +887,8 @@ def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR:
                              outputs, reference, left_out, "the reference itself returns NaN weights, which "
                              "assert_close with equal_nan off rejects for any kernel; the judge never draws such inputs")
     k_idx, r_idx = out["indices"].long(), ref["indices"].long()
-    differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool)
+    differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool,
+                                                                           device=k_idx.device)
     if bool(differ.any()) and not indices_valid:
         c = judge_check(out, ref, tolerance_dtype=JUDGE_TOLERANCE_DTYPE)
         return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not valid, see [indices])")
@@ -901,7 +907,7 @@ def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR:
     bad_rows = differ.nonzero().flatten().tolist()
     lowest = oracle_choice(sc, g, KR)
     ref_routed = r_idx[:, :KR]
-    ref_ok = ((ref_routed >= 0) & (ref_routed < sc.sel.shape[1])).all()
+    ref_ok = bool(((ref_routed >= 0) & (ref_routed < sc.sel.shape[1])).all())
     ties = []
     for m in bad_rows[:MAX_LISTED]:
         ref_choice = None
@@ -941,12 +947,12 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
     checks.append(indices)
 
     allowed = explained = None
-    routed = outputs["indices"].detach().cpu().long()[:, :KR]
+    routed = on_device(sc.sel, outputs["indices"]).long()[:, :KR]
     if bool(((routed >= 0) & (routed < N)).all()):
         w = weights64(sc, routed, K, o["renormalize"], o["rsf"], o["apply"])
         allowed = accuracy_bound(w)
         w32 = weights_float32(case, routed)
-        kernel_w = outputs["weights"].detach().cpu()
+        kernel_w = on_device(w.w, outputs["weights"])
         rows = underflow_rows(w)
         # degenerate where the float32 reference's own row is off oracle64 beyond the bound (its
         # sum flushed or took the other branch of rsum > 0); ftz where only flushing changes it
