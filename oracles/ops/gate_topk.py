@@ -93,13 +93,19 @@ class Order64:
 
 
 def oracle64(x, k) -> Order64:
-    """Every input upcast to float64 where x lives (exact), then a stable descending sort:
-    torch.sort ranks NaN above every number (documented, either sign), keeps equal values -- -0.0
-    and +0.0 included -- in column order, and compares float64 exactly, on a CPU and on a GPU
-    alike (tests/suite/test_oracles.py checks it against a plain Python sort)."""
+    """Every input upcast to float64 where x lives (exact), then a stable descending sort with
+    no NaN in its keys: NaN first (any sign or payload), then the numbers, equal values -- -0.0 and
+    +0.0 included -- in column order (tests/suite/test_oracles.py checks it against a plain Python
+    sort). NaN is kept out of the sort because CUDA's stable sort misplaced numbers in a row
+    holding NaN (an H200, torch 2.11, 2026-12-04: [1 x 3] float32 with a NaN, k = 2, gave 0 as
+    the second largest where the row held 0.2); two stable sorts, the numbers with NaN as +inf
+    and then NaN ahead of them, rely on plain comparisons only."""
     xd = x.detach().double()
-    s = torch.sort(xd, dim=-1, descending=True, stable=True)
-    return Order64(xd, xd.isnan(), s.values[:, :k], s.indices[:, :k])
+    nan = xd.isnan()
+    by_value = torch.sort(xd.masked_fill(nan, math.inf), dim=-1, descending=True, stable=True).indices
+    nan_first = torch.sort(nan.gather(-1, by_value).to(torch.int8), dim=-1, descending=True, stable=True).indices
+    order = by_value.gather(-1, nan_first)[:, :k]
+    return Order64(xd, nan, xd.gather(-1, order), order)
 
 
 def accuracy_bound(o: Order64) -> torch.Tensor:

@@ -361,8 +361,14 @@ class Groups64:
 
 
 def _top2_sum(v: torch.Tensor, G: int) -> torch.Tensor:
+    """The sum of each group's two largest, NaN for a group holding NaN (NaN ranks above every
+    number). No NaN reaches torch.topk: CUDA's radix select ranks a negative-sign NaN below -inf
+    (pytorch/pytorch#190781, the same for torch.sort)."""
     M, N = v.shape
-    return torch.topk(v.view(M, G, N // G), 2, dim=-1).values.sum(-1)
+    grouped = v.view(M, G, N // G)
+    nan = grouped.isnan()
+    top2 = torch.topk(grouped.masked_fill(nan, math.inf), 2, dim=-1).values.sum(-1)
+    return top2.masked_fill(nan.any(-1), math.nan)
 
 
 def groups64(sc: Scores64, G: int, topk_group: int) -> Groups64:

@@ -257,6 +257,17 @@ def test_equal_maxima_count_twice_in_a_group_score():
     assert checks["indices"].status == "fail" and "groups" in checks["indices"].message, checks["indices"]
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_a_group_holding_nan_of_either_sign_scores_nan(device):
+    """NaN ranks above every number, so a group's top two hold it and its score is NaN, for a
+    negative-sign NaN too (CUDA's radix select ranks -NaN below -inf: pytorch/pytorch#190781)."""
+    sel = torch.tensor([[0.5, -math.nan, 0.25, 1.0, 3.0, 2.0, math.nan, -1.0]], dtype=torch.float64, device=device)
+    zero = torch.zeros_like(sel)
+    g = oracle.groups64(oracle.Scores64(sel, zero, sel, zero), G=4, topk_group=2)
+    assert g.score.isnan().tolist() == [[True, False, False, True]], g.score
+    assert g.score[0, 1].item() == 1.25 and g.score[0, 2].item() == 5.0, g.score
+
+
 def test_tied_groups_may_be_kept_either_way_but_not_mixed():
     case = grouped([4.0, 1.0, 2.0, 2.0, 1.0, 4.0], topk=2, G=2, topk_group=1)  # scores 6 and 6
     for choice in ([[0, 2]], [[5, 3]]):

@@ -429,12 +429,18 @@ def python_order(row: list[float]) -> list[int]:
     return sorted(range(len(row)), key=lambda j: (not math.isnan(row[j]), -row[j] if not math.isnan(row[j]) else 0, j))
 
 
+# The oracles run where the case lives: on a GPU machine their sorts are CUDA's (whose radix
+# path ranks a negative-sign NaN below -inf, pytorch/pytorch#190781), so they are checked there too.
+ORACLE_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
 @gt
+@pytest.mark.parametrize("device", ORACLE_DEVICES)
 @given(case=gate_topk_cases(min_rows=1, max_rows=3, max_cols=40))
 @settings(max_examples=60)
-def test_gate_topk_oracle64_against_a_python_sort(case):
+def test_gate_topk_oracle64_against_a_python_sort(device, case):
     x, k = case.inputs["x"], case.inputs["k"]
-    o = gt_oracle.oracle64(x, k)
+    o = gt_oracle.oracle64(x.to(device), k)
     for m, row in enumerate(x.double().tolist()):
         expected = python_order(row)[:k]
         assert o.indices[m].tolist() == expected, (m, row, o.indices[m].tolist(), expected)
@@ -535,6 +541,20 @@ def test_gate_topk_indices_reject_an_ascending_order():
     assert checks["indices"].status == "fail" and "descending" in checks["indices"].message
     checks, _ = gt_checks(case, [[4, 1, 2, 3]])
     assert checks["indices"].status == "pass", checks["indices"].message
+
+
+@gt
+@pytest.mark.parametrize("device", ORACLE_DEVICES)
+@pytest.mark.parametrize("cols", [3, 40, 200, 1024])
+def test_gate_topk_oracle64_ranks_nan_of_either_sign_first(device, cols):
+    """A row holding -NaN and +NaN among numbers (sizes on either side of CUDA's sort paths):
+    both NaNs first in column order, then the numbers descending."""
+    row = torch.linspace(-1, 1, cols, dtype=torch.float64)
+    row[cols // 3], row[cols - 1] = -math.nan, math.nan
+    assert torch.signbit(row[cols // 3])
+    o = gt_oracle.oracle64(row[None].to(device).float(), min(cols, 8))
+    expected = python_order(row.tolist())[:min(cols, 8)]
+    assert o.indices[0].tolist() == expected, (o.indices[0].tolist(), expected)
 
 
 @gt
