@@ -16,6 +16,7 @@ from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, SPECIAL_NAMES, Layout, background, bulk_row_counts,
                                hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, next_in_dtype, place,
+                               GPU_EXPLORE_ONE_IN, seed_bulk, seed_layout,
                                seeds, sometimes, special_tensor, specials_in_rows, tie_rows)
 
 OP = "gate_topk"
@@ -218,7 +219,15 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
         pool = _judge_structures(pool, max_k)
     else:
         free = _structure(min_rows, max_rows, max_cols, max_k, dtypes)
-    M, N, k, dtype = draw(mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
+    bulk = layout = None
+    if pool:  # GPU sizes: the whole compiled structure, bulk rows and layout included, mostly reused
+        seeded = tuple((M, N, k, dtype, seed_bulk(i, bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS, drawn_rows=M),
+                        seed_layout(i, judge_form=judge_form)) for i, (M, N, k, dtype) in enumerate(pool))
+        M, N, k, dtype, bulk, layout = draw(mostly_from(seeded, _gpu_structure(free, bulk_pool, judge_form),
+                                                        explore_one_in=GPU_EXPLORE_ONE_IN),
+                                            label="structure")
+    else:
+        M, N, k, dtype = draw(free, label="structure")
     kind = draw(st.sampled_from(KIND_DRAWS), label="values")
     scale = draw(magnitudes(), label="scale")
     x = make_values(kind, (M, N), k=k, seed=draw(seeds(), label="values_seed"), scale=scale, dtype=dtype)
@@ -262,15 +271,16 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
                                        min_size=1, max_size=3), label="specials"):
             x.view(-1)[pos] = special_tensor(name, dtype)
 
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS, drawn_rows=M),
-                label="bulk rows") \
-        if bulk_pool else 0
+    if bulk is None:
+        bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS, drawn_rows=M),
+                    label="bulk rows") if bulk_pool else 0
     drawn_features = case_features(x, k)  # of the drawn rows: the bulk is a seeded background
     if bulk:
         x = torch.cat([x, bulk_rows(kind, bulk, N, k, seed=draw(seeds(), label="bulk_seed"), scale=scale, dtype=dtype)])
         drawn_features.discard("M=0")
 
-    layout = Layout() if judge_form else draw(layouts(), label="x_layout")
+    if layout is None:
+        layout = Layout() if judge_form else draw(layouts(), label="x_layout")
     features = {f"dtype={str(dtype).split('.')[-1]}", f"values={kind}"} | drawn_features
     if judge_form:
         features.add(JUDGE_FORM)
@@ -279,6 +289,15 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")
     return build_case(x=place(x, layout), k=k, features=features)
+
+
+@st.composite
+def _gpu_structure(draw, free, bulk_pool, judge_form):
+    """(M, N, k, dtype, bulk rows, layout): all a kernel is compiled for, drawn freely."""
+    M, N, k, dtype = draw(free)
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS, drawn_rows=M),
+                label="bulk rows") if bulk_pool else 0
+    return M, N, k, dtype, bulk, Layout() if judge_form else draw(layouts(), label="x_layout")
 
 
 @st.composite

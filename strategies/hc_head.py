@@ -13,9 +13,9 @@ from hypothesis.errors import InvalidArgument
 from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, MAGNITUDES, SPECIAL_NAMES, Layout, apply_overrides, background,
-                               bulk_row_counts, eps_values, hostile_sizes, judge_forms, layouts, magnitudes,
-                               mostly_from, place, seeds, sometimes, sparse_overrides, special_values,
-                               specials_in_rows)
+                               GPU_EXPLORE_ONE_IN, bulk_row_counts, eps_values, hostile_sizes, judge_forms, layouts,
+                               magnitudes, mostly_from, place, seed_bulk, seed_layout, seeds, sometimes,
+                               sparse_overrides, special_values, specials_in_rows)
 
 OP = "hc_head"
 
@@ -23,13 +23,22 @@ OP = "hc_head"
 # the program count (T) and the blocks per row; a GPU takes model-sized rows.
 SIZES = {
     "cpu": dict(max_tokens=6, max_hc_mult=8, max_hidden=600),
-    # On a GPU, hidden sizes mostly come from a pool compiled once (strategies.values.mostly_from):
-    # the judge's and the model's, a prime, one past a block, a tail.
-    # Besides its drawn tokens a GPU case carries a bulk of tokens (0 or a count of bulk_tokens,
-    # up to BULK_ELEMENTS values), each with its own magnitude and hazard (bulk_tokens below).
-    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, hidden_pool=(7168, 128, 4096, 2049, 512, 33),
-                 bulk_tokens=(1024, 8192)),
+    # On a GPU, whole structures (tokens, hc_mult, hidden, dtype, bulk tokens, layout) mostly come
+    # from GPU_STRUCTURES and the ones explored before (strategies.values.mostly_from): a kernel
+    # compiles once for each. Besides its drawn tokens a GPU case carries a bulk of tokens (0 or
+    # a count of bulk_tokens, up to BULK_ELEMENTS values), each with its own magnitude and hazard
+    # (bulk_tokens below).
+    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, structure_pool=None, bulk_tokens=(1024, 8192)),
 }
+# (T, hc_mult, hidden, dtype) a GPU run mostly reuses: the judge's shapes and DeepSeek-V4's hidden
+# (one token: decode), a token count past a block, then hostile ones: a prime hidden in float32,
+# hc_mult 8 over a 33-wide tail in float16, hc_mult 1.
+GPU_STRUCTURES = (
+    (1, 4, 7168, torch.bfloat16), (37, 4, 256, torch.bfloat16), (129, 2, 512, torch.bfloat16),
+    (64, 4, 7168, torch.bfloat16), (17, 2, 4096, torch.bfloat16), (5, 3, 2049, torch.float32),
+    (16, 8, 33, torch.float16), (3, 1, 128, torch.bfloat16),
+)
+SIZES["cuda"]["structure_pool"] = GPU_STRUCTURES
 BULK_ELEMENTS = 1 << 22
 JUDGE_MAX_HIDDEN = 16384  # the judge domain's largest hidden (oracles/ops/hc_head.py)
 
@@ -75,12 +84,14 @@ def bulk_tokens(B: int, hc_mult: int, hidden: int, *, seed: int, dtype: torch.dt
 
 
 def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int = 8, max_hidden: int = 600,
-                  dtypes=FLOAT_DTYPES, hidden_pool: tuple = (), bulk_tokens: tuple = ()) -> st.SearchStrategy[Case]:
-    """hc_head cases; with `bulk_tokens` (GPU sizes) 0 or that many more tokens after the drawn
-    ones (bulk_tokens). A third of the cases are in the judge's form (judge_forms): bf16,
-    contiguous, hc_mult 2 or 4, hidden a multiple of 128. Shrinks toward: the judge's form, one
-    token, hc_mult 2 (1 outside that form), a small hidden, bf16, contiguous, ordinary eps
-    (1e-6 / 1e-3), no specials, no zero tokens, unit-scale values, no bulk."""
+                  dtypes=FLOAT_DTYPES, structure_pool: tuple = (), bulk_tokens: tuple = ()) -> st.SearchStrategy[Case]:
+    """hc_head cases; with `structure_pool` (GPU sizes) most cases take their whole structure from
+    it or from the ones explored before (mostly_from), bulk tokens and layout included; with
+    `bulk_tokens` (GPU sizes) 0 or that many more tokens after the drawn ones (bulk_tokens). A
+    third of the cases are in the judge's form (judge_forms): bf16, contiguous, hc_mult 2 or 4,
+    hidden a multiple of 128. Shrinks toward: the judge's form, one token, hc_mult 2 (1 outside
+    that form), a small hidden, bf16, contiguous, ordinary eps (1e-6 / 1e-3), no specials, no zero
+    tokens, unit-scale values, no bulk."""
     if not 0 <= min_tokens <= max_tokens:
         raise InvalidArgument(f"hc_head_cases: need 0 <= min_tokens <= max_tokens, got {min_tokens}, {max_tokens}")
     if max_hc_mult < 1:
@@ -89,44 +100,72 @@ def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int 
         raise InvalidArgument(f"hc_head_cases: max_hidden={max_hidden}; need >= 1")
     if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
         raise InvalidArgument(f"hc_head_cases: dtypes={dtypes!r}; need a non-empty subset of {FLOAT_DTYPES}")
-    if any(not 1 <= H <= max_hidden for H in hidden_pool):
-        raise InvalidArgument(f"hc_head_cases: hidden_pool={hidden_pool!r}; need sizes in [1, max_hidden={max_hidden}]")
-    hidden = hostile_sizes(max_value=max_hidden)
-    if hidden_pool:
-        hidden = mostly_from(hidden_pool, hidden, explore_one_in=4)
+    for entry in structure_pool:
+        T, h, H, dtype = entry
+        if not (min_tokens <= T <= max_tokens and 1 <= h <= max_hc_mult and 1 <= H <= max_hidden and dtype in dtypes):
+            raise InvalidArgument(f"hc_head_cases: structure_pool entry {entry!r} is outside min_tokens={min_tokens}, "
+                                  f"max_tokens={max_tokens}, max_hc_mult={max_hc_mult}, max_hidden={max_hidden}, "
+                                  f"dtypes={dtypes}")
     if any(n < 1 for n in bulk_tokens):
         raise InvalidArgument(f"hc_head_cases: bulk_tokens={bulk_tokens!r}; need counts >= 1")
-    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, hidden, _judge_hidden(max_hidden, hidden_pool),
-                          tuple(dtypes), tuple(bulk_tokens))
+    return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, max_hidden, tuple(dtypes), tuple(structure_pool),
+                          tuple(bulk_tokens))
 
 
-def _judge_hidden(max_hidden: int, hidden_pool: tuple) -> st.SearchStrategy[int] | None:
-    """Hidden sizes inside the judge domain (multiples of 128 up to 16384), from the pool's
-    in-domain sizes when it has some; None when max_hidden allows none."""
-    top = min(max_hidden, JUDGE_MAX_HIDDEN) // 128
-    if top < 1:
-        return None
-    fresh = st.integers(1, top).map(lambda n: 128 * n)
-    pool = tuple(H for H in hidden_pool if H % 128 == 0 and H <= 128 * top)
-    return mostly_from(pool, fresh, explore_one_in=4) if pool else fresh
+def _in_judge_form(T: int, h: int, H: int, dtype) -> bool:
+    return T >= 1 and h in (2, 4) and H % 128 == 0 and H <= JUDGE_MAX_HIDDEN and dtype == torch.bfloat16
 
 
-@st.composite
-def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, judge_hidden, dtypes, bulk_pool):
-    # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16, contiguous,
-    # hc_mult 2 or 4, hidden a multiple of 128, at least one token; their values stay as nasty.
-    judge_form = (judge_hidden is not None and max_tokens >= 1 and max_hc_mult >= 2 and torch.bfloat16 in dtypes
-                  and draw(judge_forms(), label="judge form?"))
+def _judge_hidden(max_hidden: int) -> st.SearchStrategy[int]:
+    """Hidden sizes inside the judge domain: multiples of 128 up to 16384 (and max_hidden)."""
+    return st.integers(1, min(max_hidden, JUDGE_MAX_HIDDEN) // 128).map(lambda n: 128 * n)
+
+
+def _draw_structure(draw, judge_form, min_tokens, max_tokens, max_hc_mult, hidden, judge_hidden, dtypes):
+    """(T, hc_mult, hidden, dtype) drawn freely; in the judge's form: bf16, at least one token,
+    hc_mult 2 or 4, hidden a multiple of 128 up to the judge's largest. A plain function, not a
+    composite: a span of its own would change the CPU's derandomized draws (Hypothesis mutates
+    examples span by span), on which the CPU tier's claims rest."""
     if judge_form:
         T = draw(st.integers(max(min_tokens, 1), max_tokens), label="T")
         h = draw(st.sampled_from([m for m in (2, 4) if m <= max_hc_mult]), label="hc_mult")
-        H = draw(judge_hidden, label="hidden")
-        dtype = torch.bfloat16
+        return T, h, draw(judge_hidden, label="hidden"), torch.bfloat16
+    T = draw(st.integers(min_tokens, max_tokens), label="T")
+    h = draw(st.integers(1, max_hc_mult), label="hc_mult")
+    H = draw(hidden, label="hidden")
+    return T, h, H, draw(st.sampled_from(dtypes), label="dtype")
+
+
+@st.composite
+def _gpu_structure(draw, structure, bulk_pool, judge_form):
+    """(T, hc_mult, hidden, dtype, bulk tokens, layout): all a kernel is compiled for, drawn freely."""
+    T, h, H, dtype = structure(draw)
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS, drawn_rows=T),
+                label="bulk tokens") if bulk_pool else 0
+    return T, h, H, dtype, bulk, Layout() if judge_form else draw(layouts(), label="x_layout")
+
+
+@st.composite
+def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes, pool, bulk_pool):
+    # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16, contiguous,
+    # hc_mult 2 or 4, hidden a multiple of 128, at least one token; their values stay as nasty.
+    judge_form = (max_hidden >= 128 and max_tokens >= 1 and max_hc_mult >= 2 and torch.bfloat16 in dtypes
+                  and draw(judge_forms(), label="judge form?"))
+    hidden, judge_hidden = hostile_sizes(max_value=max_hidden), (_judge_hidden(max_hidden) if judge_form else None)
+
+    def structure(draw):
+        return _draw_structure(draw, judge_form, min_tokens, max_tokens, max_hc_mult, hidden, judge_hidden, dtypes)
+    bulk = layout = None
+    if judge_form:
+        pool = tuple(entry for entry in pool if _in_judge_form(*entry))
+    if pool:  # GPU sizes: the whole compiled structure, bulk tokens and layout included, mostly reused
+        seeded = tuple((T, h, H, dtype, seed_bulk(i, bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS,
+                                                  drawn_rows=T), seed_layout(i, judge_form=judge_form))
+                       for i, (T, h, H, dtype) in enumerate(pool))
+        T, h, H, dtype, bulk, layout = draw(mostly_from(seeded, _gpu_structure(structure, bulk_pool, judge_form),
+                                                        explore_one_in=GPU_EXPLORE_ONE_IN), label="structure")
     else:
-        T = draw(st.integers(min_tokens, max_tokens), label="T")
-        h = draw(st.integers(1, max_hc_mult), label="hc_mult")
-        H = draw(hidden, label="hidden")
-        dtype = draw(st.sampled_from(dtypes), label="dtype")
+        T, h, H, dtype = structure(draw)
     features = {f"dtype={str(dtype).split('.')[-1]}"} | ({JUDGE_FORM} if judge_form else set())
     x = background((T, h, H), seed=draw(seeds(), label="x_seed"), scale=draw(magnitudes(), label="x_scale"),
                    dtype=dtype)
@@ -140,13 +179,14 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, hidden, judge_hidd
         overrides = draw(sparse_overrides(x.numel(), special_values(dtype)), label="x_specials")
         x = apply_overrides(x, overrides)
         features |= {_special_feature(v) for _, v in overrides}
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS, drawn_rows=T),
-                label="bulk tokens") \
-        if bulk_pool else 0
+    if bulk is None:
+        bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS, drawn_rows=T),
+                    label="bulk tokens") if bulk_pool else 0
     if bulk:
         x = torch.cat([x, bulk_tokens(bulk, h, H, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
         features.add("bulk_tokens")
-    layout = Layout() if judge_form else draw(layouts(), label="x_layout")
+    if layout is None:
+        layout = Layout() if judge_form else draw(layouts(), label="x_layout")
     x = place(x, layout)
     if layout.kind != "contiguous":
         features.add(f"layout={layout.kind}")

@@ -20,7 +20,7 @@ from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (JUDGE_FORM, MAGNITUDES, FLOAT_DTYPES, Layout, background, bulk_row_counts,
                                hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, next_in_dtype, place,
-                               seeds, sometimes, special_tensor, specials_in_rows, steps_in_dtype)
+                               GPU_EXPLORE_ONE_IN, seed_bulk, seed_layout, seeds, sometimes, special_tensor, specials_in_rows, steps_in_dtype)
 
 OP = "moe_fused_gate"
 
@@ -299,13 +299,52 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
     if judge_form:
         pool = tuple(entry for entry in pool if _in_judge_domain(entry))
     free = _free_structure(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, judge_form)
-    M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = draw(
-        mostly_from(pool, free, explore_one_in=4) if pool else free, label="structure")
+    preset = None
+    if pool:  # GPU sizes: the whole compiled structure, bulk rows and both layouts included, mostly reused
+        seeded = tuple((*entry, seed_bulk(i, bulk_pool, row_elements=entry[1], max_elements=_max_bulk(entry[0], entry[1],
+                                                                                                      judge_form),
+                                          drawn_rows=entry[0]), seed_layout(i, judge_form=judge_form), Layout(), None)
+                       for i, entry in enumerate(pool))
+        *structure, bulk, layout, bias_layout, bias_dtype = draw(
+            mostly_from(seeded, _gpu_structure(free, bulk_pool, judge_form), explore_one_in=GPU_EXPLORE_ONE_IN),
+            label="structure")
+        preset = (bulk, layout, bias_layout, bias_dtype)
+    else:
+        structure = draw(free, label="structure")
+    M, N, G, tg, KR, S, scoring, softcap, renormalize, rsf, apply, dtype = structure
     options = dict(topk=KR + S, scoring_func=scoring, num_fused_shared_experts=S, renormalize=renormalize,
                    routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
                    moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
     return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype, bulk_pool,
-                        judge_form))
+                        judge_form, preset))
+
+
+def _max_bulk(M: int, N: int, judge_form: bool) -> int:
+    """The most bulk scores a case may carry: in the judge's form, within the judge's rows."""
+    return min(BULK_ELEMENTS, (JUDGE_MAX_ROWS - M) * N) if judge_form else BULK_ELEMENTS
+
+
+def _bias_layout(draw, judge_form):
+    return draw(st.sampled_from((Layout(), Layout("offset", 3), Layout("stepped", 2))), label="bias_layout") \
+        if not judge_form and draw(sometimes(6), label="bias strided?") else Layout()
+
+
+def _bias_dtype(draw, judge_form):
+    return draw(st.sampled_from((torch.bfloat16, torch.float16)), label="bias_dtype") \
+        if not judge_form and draw(sometimes(8), label="bias dtype?") else None
+
+
+@st.composite
+def _gpu_structure(draw, free, bulk_pool, judge_form):
+    """The structure, the bulk-row count, the scores' and the bias's layouts and the bias dtype
+    (None: float32 as made): all a kernel is compiled for, drawn freely."""
+    structure = draw(free)
+    M, N = structure[0], structure[1]
+    max_bulk = _max_bulk(M, N, judge_form)
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=max_bulk, drawn_rows=M), label="bulk rows") \
+        if bulk_pool and max_bulk >= 1 else 0
+    layout = Layout() if judge_form else draw(layouts(), label="scores_layout")
+    return (*structure, bulk, layout, _bias_layout(draw, judge_form), _bias_dtype(draw, judge_form))
 
 
 @st.composite
@@ -373,7 +412,7 @@ def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_share
 
 
 @st.composite
-def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool, judge_form):
+def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool, judge_form, preset=None):
     """The values of a case whose structure is drawn: scores row by row, the bias, the hazards,
     the specials, the bulk rows and the layouts. In the judge's form the bias stays float32, both
     layouts contiguous and the bulk within the judge's rows; the values are drawn as in any case."""
@@ -405,23 +444,28 @@ def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_p
         a, b = draw(st.lists(st.integers(0, N - 1), min_size=2, max_size=2, unique=True), label="bias_tie")
         part = activations32(scores[:1], scoring, softcap)[0]
         bias[b] = (part[a] + bias[a] - part[b]).item()
-    if not judge_form and draw(sometimes(8), label="bias dtype?"):
-        bias = bias.to(draw(st.sampled_from((torch.bfloat16, torch.float16)), label="bias_dtype"))
+    bias_dtype = _bias_dtype(draw, judge_form) if preset is None else preset[3]
+    if bias_dtype is not None:
+        bias = bias.to(bias_dtype)
 
     # the bulk after the bias is final: its ties prefer lanes of equal bias, and it ranks by sel
-    max_bulk = min(BULK_ELEMENTS, (JUDGE_MAX_ROWS - M) * N) if judge_form else BULK_ELEMENTS
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=max_bulk, drawn_rows=M),
-                label="bulk rows") \
-        if bulk_pool and max_bulk >= 1 else 0
+    max_bulk = _max_bulk(M, N, judge_form)
+    if preset is not None:
+        bulk = preset[0]
+    else:
+        bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=max_bulk, drawn_rows=M),
+                    label="bulk rows") if bulk_pool and max_bulk >= 1 else 0
     drawn_features = case_features(scores, bias, options)  # of the drawn rows: the bulk is a seeded background
     if bulk:
         scores = torch.cat([scores, bulk_rows(bulk, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring=scoring,
                                               softcap=softcap, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
         drawn_features.discard("M=0")
 
-    layout = Layout() if judge_form else draw(layouts(), label="scores_layout")
-    bias_layout = draw(st.sampled_from((Layout(), Layout("offset", 3), Layout("stepped", 2))), label="bias_layout") \
-        if not judge_form and draw(sometimes(6), label="bias strided?") else Layout()
+    if preset is not None:
+        layout, bias_layout = preset[1], preset[2]
+    else:
+        layout = Layout() if judge_form else draw(layouts(), label="scores_layout")
+        bias_layout = _bias_layout(draw, judge_form)
     features = {f"dtype={str(dtype).split('.')[-1]}", *(f"scores={k}" for k in kinds), f"bias={bias_kind}",
                 f"scoring={scoring if scoring in SCORING else 'odd'}"} | drawn_features
     if judge_form:

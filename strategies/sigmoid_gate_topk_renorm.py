@@ -15,8 +15,8 @@ from hypothesis.errors import InvalidArgument
 from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, SPECIAL_NAMES, Layout, apply_overrides, background,
-                               bulk_row_counts, hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, place,
-                               seeds, sparse_overrides, special_values, specials_in_rows, tie_rows)
+                               GPU_EXPLORE_ONE_IN, bulk_row_counts, hostile_sizes, judge_forms, layouts, magnitudes,
+                               mostly_from, place, seed_bulk, seed_layout, seeds, sparse_overrides, special_values, specials_in_rows, tie_rows)
 
 OP = "sigmoid_gate_topk_renorm"
 
@@ -25,13 +25,22 @@ OP = "sigmoid_gate_topk_renorm"
 # there; a GPU takes model-sized rows. k = N is drawn only while N <= max_k.
 SIZES = {
     "cpu": dict(max_tokens=6, max_experts=260, max_shared=4, max_k=16),
-    # On a GPU, expert counts mostly come from a pool compiled once (strategies.values.mostly_from):
-    # the judge's, DeepSeek's, Kimi's, a prime, one past a block, a tail. Besides its drawn tokens
-    # a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to BULK_ELEMENTS logits),
-    # each with its own hazard (bulk_rows below).
-    "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, experts_pool=(128, 256, 384, 64, 257, 33),
+    # On a GPU, whole structures (tokens, experts, shared experts, k, dtype, bulk rows, layout)
+    # mostly come from GPU_STRUCTURES and the ones explored before (strategies.values.mostly_from):
+    # a kernel compiles once for each. Besides its drawn tokens a GPU case carries a bulk of rows
+    # (0 or a count of bulk_rows, up to BULK_ELEMENTS logits), each with its own hazard (bulk_rows below).
+    "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, structure_pool=None,
                  bulk_rows=(2048, 16384)),
 }
+# (T, N, S, k, dtype) a GPU run mostly reuses: the judge's shapes (one token: decode), DeepSeek-V3's
+# 256 experts with k = 8, Kimi K2's 384, then hostile ones: a prime N, k = N, a tail in float32,
+# no shared expert in float16.
+GPU_STRUCTURES = (
+    (1, 32, 1, 3, torch.bfloat16), (37, 128, 3, 5, torch.bfloat16), (83, 64, 1, 6, torch.bfloat16),
+    (64, 256, 1, 8, torch.bfloat16), (16, 384, 1, 8, torch.bfloat16), (9, 257, 2, 12, torch.bfloat16),
+    (33, 48, 4, 48, torch.float32), (5, 1000, 0, 16, torch.float16),
+)
+SIZES["cuda"]["structure_pool"] = GPU_STRUCTURES
 BULK_ELEMENTS = 1 << 22
 # The judge domain's bounds (oracles/ops/sigmoid_gate_topk_renorm.py) a judge-form case keeps to.
 JUDGE_MAX_EXPERTS, JUDGE_MAX_SHARED, JUDGE_MAX_K = 512, 8, 16
@@ -136,7 +145,7 @@ def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_sca
 
 def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_experts: int = 260,
                                    max_shared: int = 4, max_k: int = 16,
-                                   dtypes=FLOAT_DTYPES, experts_pool: tuple = (),
+                                   dtypes=FLOAT_DTYPES, structure_pool: tuple = (),
                                    bulk_rows: tuple = ()) -> st.SearchStrategy[Case]:
     """sigmoid_gate_topk_renorm cases.
 
@@ -165,27 +174,30 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
     if not dtypes or any(d not in FLOAT_DTYPES for d in dtypes):
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: dtypes={dtypes!r}; need a non-empty subset of "
                               f"{FLOAT_DTYPES}")
-    if any(not 1 <= n <= max_experts for n in experts_pool):
-        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: experts_pool={experts_pool!r}; need sizes in "
-                              f"[1, max_experts={max_experts}]")
+    for entry in structure_pool:
+        T, N, S, k, dtype = entry
+        if not (min_tokens <= T <= max_tokens and 1 <= N <= max_experts and 0 <= S <= max_shared
+                and 1 <= k <= min(N, max_k) and dtype in dtypes):
+            raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: structure_pool entry {entry!r} is outside "
+                                  f"min_tokens={min_tokens}, max_tokens={max_tokens}, max_experts={max_experts}, "
+                                  f"max_shared={max_shared}, max_k={max_k}, dtypes={dtypes}")
     if any(n < 1 for n in bulk_rows):
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
     experts = hostile_sizes(max_value=max_experts)
-    if experts_pool:
-        experts = mostly_from(experts_pool, experts, explore_one_in=4)
     judge_experts = experts.filter(lambda n: n <= JUDGE_MAX_EXPERTS)
     return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, judge_experts, max_shared, max_k,
-                                           tuple(dtypes), tuple(bulk_rows))
+                                           tuple(dtypes), tuple(structure_pool), tuple(bulk_rows))
 
 
-@st.composite
-def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, judge_experts, max_shared, max_k, dtypes,
-                                    bulk_pool):
-    # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16 logits,
-    # contiguous, 1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor on
-    # the device, at least one token; their values stay as nasty.
-    judge_form = (max_tokens >= 1 and max_shared >= 1 and torch.bfloat16 in dtypes
-                  and draw(judge_forms(), label="judge form?"))
+def _in_judge_form(T, N, S, k, dtype) -> bool:
+    return (T >= 1 and N <= JUDGE_MAX_EXPERTS and 1 <= S <= JUDGE_MAX_SHARED and k <= JUDGE_MAX_K
+            and dtype == torch.bfloat16)
+
+
+def _draw_structure(draw, judge_form, min_tokens, max_tokens, experts, judge_experts, max_shared, max_k, dtypes):
+    """(T, N, S, k, dtype) drawn freely; in the judge's form: bf16, at least one token, 1 to 8
+    shared experts, k up to 16, N up to 512. A plain function, not a composite: a span of its own
+    would change the CPU's derandomized draws (Hypothesis mutates examples span by span)."""
     if judge_form:
         T = draw(st.integers(max(min_tokens, 1), max_tokens), label="T")
         N = draw(judge_experts, label="N")
@@ -199,7 +211,41 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, judge
         k = N
     else:
         k = draw(st.integers(1, min(N, max_k)), label="k")
-    dtype = torch.bfloat16 if judge_form else draw(st.sampled_from(dtypes), label="dtype")
+    return T, N, S, k, torch.bfloat16 if judge_form else draw(st.sampled_from(dtypes), label="dtype")
+
+
+@st.composite
+def _gpu_structure(draw, structure, bulk_pool, judge_form):
+    """(T, N, S, k, dtype, bulk rows, layout): all a kernel is compiled for, drawn freely."""
+    T, N, S, k, dtype = structure(draw)
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N + S, max_elements=BULK_ELEMENTS, drawn_rows=T),
+                label="bulk rows") if bulk_pool else 0
+    return T, N, S, k, dtype, bulk, Layout() if judge_form else draw(layouts(), label="logits_layout")
+
+
+@st.composite
+def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, judge_experts, max_shared, max_k, dtypes,
+                                    pool, bulk_pool):
+    # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16 logits,
+    # contiguous, 1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor on
+    # the device, at least one token; their values stay as nasty.
+    judge_form = (max_tokens >= 1 and max_shared >= 1 and torch.bfloat16 in dtypes
+                  and draw(judge_forms(), label="judge form?"))
+
+    def structure(draw):
+        return _draw_structure(draw, judge_form, min_tokens, max_tokens, experts, judge_experts, max_shared, max_k,
+                               dtypes)
+    bulk = layout = None
+    if judge_form:
+        pool = tuple(entry for entry in pool if _in_judge_form(*entry))
+    if pool:  # GPU sizes: the whole compiled structure, bulk rows and layout included, mostly reused
+        seeded = tuple((T, N, S, k, dtype, seed_bulk(i, bulk_pool, row_elements=N + S, max_elements=BULK_ELEMENTS,
+                                                     drawn_rows=T), seed_layout(i, judge_form=judge_form))
+                       for i, (T, N, S, k, dtype) in enumerate(pool))
+        T, N, S, k, dtype, bulk, layout = draw(mostly_from(seeded, _gpu_structure(structure, bulk_pool, judge_form),
+                                                           explore_one_in=GPU_EXPLORE_ONE_IN), label="structure")
+    else:
+        T, N, S, k, dtype = structure(draw)
     logits_seed = draw(seeds(), label="logits_seed")
     scale = draw(magnitudes(), label="logits_scale")
     logits = background((T, N + S), seed=logits_seed, scale=scale, dtype=dtype)
@@ -234,16 +280,17 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, judge
         logits = apply_overrides(logits, draw(sparse_overrides(logits.numel(), special_values(dtype)),
                                               label="logits_specials"))
 
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=N + S, max_elements=BULK_ELEMENTS,
-                                    drawn_rows=T), label="bulk rows") \
-        if bulk_pool else 0
+    if bulk is None:
+        bulk = draw(bulk_row_counts(bulk_pool, row_elements=N + S, max_elements=BULK_ELEMENTS,
+                                    drawn_rows=T), label="bulk rows") if bulk_pool else 0
     drawn_features = case_features(logits, bias, k, S)  # of the drawn rows: the bulk is a seeded background
     if bulk:
         logits = torch.cat([logits, bulk_rows(bulk, N, S, k, bias=bias, seed=draw(seeds(), label="bulk_seed"),
                                               scale=scale, dtype=dtype)])
         drawn_features.discard("T=0")
 
-    layout = Layout() if judge_form else draw(layouts(), label="logits_layout")
+    if layout is None:
+        layout = Layout() if judge_form else draw(layouts(), label="logits_layout")
     route_scale = draw(st.sampled_from(ROUTE_SCALES), label="route_scale")
     form = GLOBAL_SCALE_FORMS[0] if judge_form else draw(st.sampled_from(GLOBAL_SCALE_FORMS), label="global_scale_form")
     global_scale = make_global_scale(form, draw(st.sampled_from(GLOBAL_SCALES), label="global_scale"))

@@ -77,15 +77,16 @@ def test_bulk_is_off_on_the_cpu_and_shrinks_away():
     assert "bulk_rows" not in simplest[0].features and simplest[0].inputs["logits"].shape[0] == 1
 
 
-@pytest.mark.parametrize("experts_pool", [SIZES["cuda"]["experts_pool"], (1024,)])
-def test_gpu_sizes_draw_bulk_rows_capped_by_bulk_elements(experts_pool):
+@pytest.mark.parametrize("structure_pool", [SIZES["cuda"]["structure_pool"],
+                                            ((5, 1024, 1, 8, torch.bfloat16), (3, 1024, 0, 16, torch.float32))])
+def test_gpu_sizes_draw_bulk_rows_capped_by_bulk_elements(structure_pool):
     """Some GPU case carries more rows than max_tokens, and no bulk holds more than BULK_ELEMENTS
     logits (16384 rows of 1024 experts would be 17M)."""
     max_tokens, drawn = SIZES["cuda"]["max_tokens"], []
 
     @settings(max_examples=8, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               derandomize=True, phases=[Phase.generate])
-    @given(case=sigmoid_gate_topk_renorm_cases(**{**SIZES["cuda"], "experts_pool": experts_pool}))
+    @given(case=sigmoid_gate_topk_renorm_cases(**{**SIZES["cuda"], "structure_pool": structure_pool}))
     def draw(case):
         drawn.append((case.features, *case.inputs["logits"].shape))
     draw()

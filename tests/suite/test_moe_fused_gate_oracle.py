@@ -437,7 +437,7 @@ def test_drawn_cases_and_smaller_moves_are_valid_for_the_official_reference():
 
 
 def test_a_gpu_run_mostly_reuses_whole_structures_and_they_are_valid():
-    """SIZES["cuda"] draws three cases in four from GPU_STRUCTURES (each a compile at most once a
+    """SIZES["cuda"] draws most cases from GPU_STRUCTURES (each a compile at most once a
     process): every option of such a case is the pool entry's, the reference accepts it, and the
     values still vary (two draws of one structure are different cases)."""
     from strategies.moe_fused_gate import GPU_STRUCTURES
