@@ -15,7 +15,7 @@ from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, MAGNITUDES, SPECIAL_NAMES, Layout, apply_overrides, background,
                                GPU_EXPLORE_ONE_IN, bulk_row_counts, eps_values, hostile_sizes, judge_forms, layouts,
                                magnitudes, mostly_from, place, seed_bulk, seed_layout, seeds, sometimes,
-                               sparse_overrides, special_values, specials_in_rows)
+                               sparse_overrides, special_values, specials_in_rows, generation_device)
 
 OP = "hc_head"
 
@@ -28,7 +28,10 @@ SIZES = {
     # compiles once for each. Besides its drawn tokens a GPU case carries a bulk of tokens (0 or
     # a count of bulk_tokens, up to BULK_ELEMENTS values), each with its own magnitude and hazard
     # (bulk_tokens below).
-    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, structure_pool=None, bulk_tokens=(1024, 8192)),
+    # On a GPU the tokens are built on it, and a bulk holds up to 16M values (a DeepSeek-V4 token
+    # is 28,672 of them: 585 tokens).
+    "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, structure_pool=None, bulk_tokens=(1024, 8192),
+                 bulk_elements=1 << 24, device="cuda"),
 }
 # (T, hc_mult, hidden, dtype) a GPU run mostly reuses: the judge's shapes and DeepSeek-V4's hidden
 # (one token: decode), a token count past a block, then hostile ones: a prime hidden in float32,
@@ -67,15 +70,17 @@ def build_case(*, x, hc_fn_seed=0, hc_fn_scale=0.02, hc_scale=1.5, hc_base_seed=
     }, frozenset(features), label)
 
 
-def bulk_tokens(B: int, hc_mult: int, hidden: int, *, seed: int, dtype: torch.dtype) -> torch.Tensor:
+def bulk_tokens(B: int, hc_mult: int, hidden: int, *, seed: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
     """B tokens [B, hc_mult, hidden], each with its own magnitude (TOKEN_SCALES) and one hazard
-    (TOKEN_HAZARDS), all from one seeded generator with tensor ops."""
-    gen = torch.Generator().manual_seed(seed)
-    scales = torch.tensor(TOKEN_SCALES, dtype=torch.float64)[torch.randint(0, len(TOKEN_SCALES), (B,), generator=gen)]
-    x = (torch.randn(B, hc_mult, hidden, generator=gen, dtype=torch.float64) * scales[:, None, None]).to(dtype)
+    (TOKEN_HAZARDS), all from one generator seeded on `device`, with tensor ops."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    scales = torch.tensor(TOKEN_SCALES, dtype=torch.float64, device=device)[
+        torch.randint(0, len(TOKEN_SCALES), (B,), generator=gen, device=device)]
+    x = (torch.randn(B, hc_mult, hidden, generator=gen, dtype=torch.float64, device=device)
+         * scales[:, None, None]).to(dtype)
     if B == 0 or hc_mult * hidden == 0:
         return x
-    hazard = torch.randint(0, len(TOKEN_HAZARDS), (B,), generator=gen)
+    hazard = torch.randint(0, len(TOKEN_HAZARDS), (B,), generator=gen, device=device)
     flat = x.view(B, -1)
     specials_in_rows(flat, hazard == TOKEN_HAZARDS.index("specials"), SPECIAL_NAMES, gen)
     flat[hazard == TOKEN_HAZARDS.index("constant")] = flat[hazard == TOKEN_HAZARDS.index("constant")][:, :1]
@@ -84,10 +89,12 @@ def bulk_tokens(B: int, hc_mult: int, hidden: int, *, seed: int, dtype: torch.dt
 
 
 def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int = 8, max_hidden: int = 600,
-                  dtypes=FLOAT_DTYPES, structure_pool: tuple = (), bulk_tokens: tuple = ()) -> st.SearchStrategy[Case]:
+                  dtypes=FLOAT_DTYPES, structure_pool: tuple = (), bulk_tokens: tuple = (),
+                  bulk_elements: int = BULK_ELEMENTS, device: str = "cpu") -> st.SearchStrategy[Case]:
     """hc_head cases; with `structure_pool` (GPU sizes) most cases take their whole structure from
     it or from the ones explored before (mostly_from), bulk tokens and layout included; with
-    `bulk_tokens` (GPU sizes) 0 or that many more tokens after the drawn ones (bulk_tokens). A
+    `bulk_tokens` (GPU sizes) 0 or that many more tokens after the drawn ones (bulk_tokens), at
+    most `bulk_elements` values; x is built on `device` (generation_device). A
     third of the cases are in the judge's form (judge_forms): bf16, contiguous, hc_mult 2 or 4,
     hidden a multiple of 128. Shrinks toward: the judge's form, one token, hc_mult 2 (1 outside
     that form), a small hidden, bf16, contiguous, ordinary eps (1e-6 / 1e-3), no specials, no zero
@@ -108,8 +115,12 @@ def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int 
                                   f"dtypes={dtypes}")
     if any(n < 1 for n in bulk_tokens):
         raise InvalidArgument(f"hc_head_cases: bulk_tokens={bulk_tokens!r}; need counts >= 1")
+    if bulk_elements < 1:
+        raise InvalidArgument(f"hc_head_cases: bulk_elements={bulk_elements}; need >= 1")
+    if device not in ("cpu", "cuda"):
+        raise InvalidArgument(f"hc_head_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, max_hidden, tuple(dtypes), tuple(structure_pool),
-                          tuple(bulk_tokens))
+                          tuple(bulk_tokens), bulk_elements, generation_device(device))
 
 
 def _in_judge_form(T: int, h: int, H: int, dtype) -> bool:
@@ -137,16 +148,17 @@ def _draw_structure(draw, judge_form, min_tokens, max_tokens, max_hc_mult, hidde
 
 
 @st.composite
-def _gpu_structure(draw, structure, bulk_pool, judge_form):
+def _gpu_structure(draw, structure, bulk_pool, bulk_elements, judge_form):
     """(T, hc_mult, hidden, dtype, bulk tokens, layout): all a kernel is compiled for, drawn freely."""
     T, h, H, dtype = structure(draw)
-    bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS, drawn_rows=T),
+    bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=bulk_elements, drawn_rows=T),
                 label="bulk tokens") if bulk_pool else 0
     return T, h, H, dtype, bulk, Layout() if judge_form else draw(layouts(), label="x_layout")
 
 
 @st.composite
-def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes, pool, bulk_pool):
+def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes, pool, bulk_pool, bulk_elements,
+                   device):
     # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16, contiguous,
     # hc_mult 2 or 4, hidden a multiple of 128, at least one token; their values stay as nasty.
     judge_form = (max_hidden >= 128 and max_tokens >= 1 and max_hc_mult >= 2 and torch.bfloat16 in dtypes
@@ -159,16 +171,16 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes
     if judge_form:
         pool = tuple(entry for entry in pool if _in_judge_form(*entry))
     if pool:  # GPU sizes: the whole compiled structure, bulk tokens and layout included, mostly reused
-        seeded = tuple((T, h, H, dtype, seed_bulk(i, bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS,
+        seeded = tuple((T, h, H, dtype, seed_bulk(i, bulk_pool, row_elements=h * H, max_elements=bulk_elements,
                                                   drawn_rows=T), seed_layout(i, judge_form=judge_form))
                        for i, (T, h, H, dtype) in enumerate(pool))
-        T, h, H, dtype, bulk, layout = draw(mostly_from(seeded, _gpu_structure(structure, bulk_pool, judge_form),
+        T, h, H, dtype, bulk, layout = draw(mostly_from(seeded, _gpu_structure(structure, bulk_pool, bulk_elements, judge_form),
                                                         explore_one_in=GPU_EXPLORE_ONE_IN), label="structure")
     else:
         T, h, H, dtype = structure(draw)
     features = {f"dtype={str(dtype).split('.')[-1]}"} | ({JUDGE_FORM} if judge_form else set())
     x = background((T, h, H), seed=draw(seeds(), label="x_seed"), scale=draw(magnitudes(), label="x_scale"),
-                   dtype=dtype)
+                   dtype=dtype, device=device)
     # Nasty features are drawn rarely (one case in three or four) behind switches the shrinker
     # turns off: most cases stay finite and ordinary, which is where accuracy bugs show.
     if T and draw(sometimes(4), label="zero_tokens?"):
@@ -180,10 +192,10 @@ def _hc_head_cases(draw, min_tokens, max_tokens, max_hc_mult, max_hidden, dtypes
         x = apply_overrides(x, overrides)
         features |= {_special_feature(v) for _, v in overrides}
     if bulk is None:
-        bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=BULK_ELEMENTS, drawn_rows=T),
+        bulk = draw(bulk_row_counts(bulk_pool, row_elements=h * H, max_elements=bulk_elements, drawn_rows=T),
                     label="bulk tokens") if bulk_pool else 0
     if bulk:
-        x = torch.cat([x, bulk_tokens(bulk, h, H, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
+        x = torch.cat([x, bulk_tokens(bulk, h, H, seed=draw(seeds(), label="bulk_seed"), dtype=dtype, device=device)])
         features.add("bulk_tokens")
     if layout is None:
         layout = Layout() if judge_form else draw(layouts(), label="x_layout")

@@ -150,10 +150,18 @@ def special_values(dtype: torch.dtype) -> st.SearchStrategy[float]:
                             float(fi.smallest_normal), float(fi.max), -float(fi.max)))
 
 
-def background(shape, *, seed: int, scale: float, dtype: torch.dtype) -> torch.Tensor:
-    """randn from a seeded CPU generator, drawn in float32, scaled, then cast (as the judge does)."""
-    gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=gen, dtype=torch.float32) * scale).to(dtype)
+def background(shape, *, seed: int, scale: float, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """randn from a generator seeded on `device`, drawn in float32, scaled, then cast (as the
+    judge does). The same seed gives other values on another device type."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(shape, generator=gen, dtype=torch.float32, device=device) * scale).to(dtype)
+
+
+def generation_device(device: str) -> str:
+    """Where a strategy builds its tensors: `device` ("cuda" in the GPU sizes, where building a
+    case's millions of values on the host took most of its draw: 0.155 s median for hc_head,
+    H200, 2026-12-04), or the CPU where there is no GPU (the CPU tests of the GPU sizes)."""
+    return device if device == "cpu" or torch.cuda.is_available() else "cpu"
 
 
 def sparse_overrides(numel: int, values: st.SearchStrategy, *, max_count: int = 3):
@@ -219,16 +227,16 @@ def place(t: torch.Tensor, layout: Layout, *, fill: float = math.nan) -> torch.T
     if layout.kind == "contiguous" or t.dim() == 0:
         return t.clone()
     if layout.kind == "offset":
-        buf = torch.full((layout.amount + t.numel(),), fill, dtype=t.dtype)
+        buf = torch.full((layout.amount + t.numel(),), fill, dtype=t.dtype, device=t.device)
         view = buf[layout.amount:].view(t.shape)
     elif layout.kind == "padded":
-        buf = torch.full((*t.shape[:-1], t.shape[-1] + layout.amount), fill, dtype=t.dtype)
+        buf = torch.full((*t.shape[:-1], t.shape[-1] + layout.amount), fill, dtype=t.dtype, device=t.device)
         view = buf[..., : t.shape[-1]]
     elif layout.kind == "stepped":
-        buf = torch.full((*t.shape[:-1], t.shape[-1] * 2), fill, dtype=t.dtype)
+        buf = torch.full((*t.shape[:-1], t.shape[-1] * 2), fill, dtype=t.dtype, device=t.device)
         view = buf[..., ::2]
     elif layout.kind == "permuted" and t.dim() >= 2:
-        buf = torch.full((t.shape[1], t.shape[0], *t.shape[2:]), fill, dtype=t.dtype)
+        buf = torch.full((t.shape[1], t.shape[0], *t.shape[2:]), fill, dtype=t.dtype, device=t.device)
         view = buf.transpose(0, 1)
     else:
         return t.clone()
@@ -281,10 +289,12 @@ def specials_in_rows(x: torch.Tensor, rows: torch.Tensor, names: tuple, gen: tor
     B, N = x.shape
     if B == 0 or N == 0:
         return
-    table = torch.stack([special_tensor(name, x.dtype) for name in names])
-    index, count = torch.arange(B), torch.randint(1, 4, (B,), generator=gen)
+    dev = gen.device
+    table = torch.stack([special_tensor(name, x.dtype) for name in names]).to(dev)
+    index, count = torch.arange(B, device=dev), torch.randint(1, 4, (B,), generator=gen, device=dev)
     for j in range(3):
-        cols, picks = torch.randint(0, N, (B,), generator=gen), torch.randint(0, len(names), (B,), generator=gen)
+        cols = torch.randint(0, N, (B,), generator=gen, device=dev)
+        picks = torch.randint(0, len(names), (B,), generator=gen, device=dev)
         mine = rows & (count > j)
         x[index[mine], cols[mine]] = table[picks[mine]]
 

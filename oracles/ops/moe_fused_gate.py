@@ -478,7 +478,7 @@ class RowChoices(Sequence):
     def __init__(self, M: int):
         self.ok = torch.zeros(M, dtype=torch.bool)   # on the host: set a row at a time
         self._built: dict[int, Choice] = {}
-        self._batched: dict[int, tuple] = {}   # row -> (masks [C, G], valid [C], count [C], skipped, inverted)
+        self._batched: dict[int, tuple] = {}   # row -> (its batch's (masks, valid, count, skipped, inverted), index)
 
     def __len__(self) -> int:
         return self.ok.shape[0]
@@ -487,7 +487,8 @@ class RowChoices(Sequence):
         if m not in self._built:
             if m not in self._batched:
                 raise IndexError(f"row {m} of {len(self)}")
-            masks, valid, count, skipped, inverted = self._batched.pop(m)
+            batch, i = self._batched.pop(m)
+            masks, valid, count, skipped, inverted = (t[i] for t in batch)
             sets, counts = masks[valid], count[valid]
             best = int(counts.argmin())
             self._built[m] = Choice(sets[counts == 0], sets, skipped[valid][best], inverted[valid][best], sets[best])
@@ -496,10 +497,14 @@ class RowChoices(Sequence):
     def add(self, m: int, choice: Choice) -> None:
         self._built[m], self.ok[m] = choice, choice.ok
 
-    def add_batched(self, m: int, ok: bool, masks, valid, count, skipped, inverted) -> None:
-        """Row m judged in a batch: its candidate sets [C, G], which are valid [C], their violation
-        counts [C] and witnesses; its Choice is built from them when read."""
-        self._batched[m], self.ok[m] = (masks, valid, count, skipped, inverted), ok
+    def add_batch(self, rows: list[int], ok: torch.Tensor, masks, valid, count, skipped, inverted) -> None:
+        """Rows judged in one batch (ok [n] bool on the host): their candidate sets [n, C, G], which
+        are valid [n, C], their violation counts [n, C] and witnesses; a row's Choice is built from
+        its index when read. Stored a row at a time this took 2.5 s of 12 bulk cases' 3.2 s verdict
+        on an H200 (76,733 calls, each indexing five device tensors)."""
+        batch = (masks, valid, count, skipped, inverted)
+        self._batched.update(zip(rows, ((batch, i) for i in range(len(rows)))))
+        self.ok[torch.tensor(rows, dtype=torch.long)] = ok
 
 
 def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices:
@@ -525,12 +530,11 @@ def judge_choices(routed: torch.Tensor, sc: Scores64, g: Groups64) -> RowChoices
             skipped, inverted = skipped.view(n, C, -1), inverted.view(n, C, *inverted.shape[1:])
             count = (skipped >= 0).sum(-1) + inverted.flatten(2).sum(-1)                           # [n, C]
             has_set = valid[part].any(-1)
-            ok = ((count == 0) & valid[part]).any(-1).tolist()
+            ok = ((count == 0) & valid[part]).any(-1)
             alone[r] = ~has_set
-            row_ids = r.tolist()   # once: an int() of each element is a device sync on a GPU
-            for i in has_set.nonzero().flatten().tolist():
-                choices.add_batched(row_ids[i], ok[i], masks[first + i], valid[first + i], count[i], skipped[i],
-                                    inverted[i])
+            judged = has_set.nonzero().flatten()
+            choices.add_batch(r[judged].tolist(), ok[judged].cpu(), masks[part][judged], valid[part][judged],
+                              count[judged], skipped[judged], inverted[judged])
     for m in alone.nonzero().flatten().tolist():
         choices.add(m, judge_choice(routed[m], lo[m], hi[m], g, kept_sets(g, m)))
     return choices
