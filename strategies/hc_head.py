@@ -33,11 +33,13 @@ SIZES = {
     "cuda": dict(max_tokens=300, max_hc_mult=8, max_hidden=8192, structure_pool=None, bulk_tokens=(1024, 8192),
                  bulk_elements=1 << 24, device="cuda"),
 }
-# (T, hc_mult, hidden, dtype) a GPU run mostly reuses: the judge's shapes and DeepSeek-V4's hidden
-# (one token: decode), a token count past a block, then hostile ones: a prime hidden in float32,
-# hc_mult 8 over a 33-wide tail in float16, hc_mult 1.
+# (T, hc_mult, hidden, dtype) a GPU run mostly reuses: the judge's shapes (its first, one token of
+# 2 x 128, first: the shrink target, and the one small case without bulk tokens, where kernels
+# take small-problem paths) and DeepSeek-V4's hidden (one token: decode), a token count past a
+# block, then hostile ones: a prime hidden in float32, hc_mult 8 over a 33-wide tail in float16,
+# hc_mult 1.
 GPU_STRUCTURES = (
-    (1, 4, 7168, torch.bfloat16), (37, 4, 256, torch.bfloat16), (129, 2, 512, torch.bfloat16),
+    (1, 2, 128, torch.bfloat16), (1, 4, 7168, torch.bfloat16), (37, 4, 256, torch.bfloat16), (129, 2, 512, torch.bfloat16),
     (64, 4, 7168, torch.bfloat16), (17, 2, 4096, torch.bfloat16), (5, 3, 2049, torch.float32),
     (16, 8, 33, torch.float16), (3, 1, 128, torch.bfloat16),
 )
