@@ -24,8 +24,8 @@ OP = "hc_head"
 SIZES = {
     "cpu": dict(max_tokens=6, max_hc_mult=8, max_hidden=600),
     # On a GPU, whole structures (tokens, hc_mult, hidden, dtype, bulk tokens, layout) mostly come
-    # from GPU_STRUCTURES and the ones explored before (strategies.values.mostly_from): a kernel
-    # compiles once for each. Besides its drawn tokens a GPU case carries a bulk of tokens (0 or
+    # from GPU_STRUCTURES (below; strategies.values.mostly_from): one case in 16 draws a new one, and
+    # a kernel compiles once for each. Besides its drawn tokens a GPU case carries a bulk of tokens (0 or
     # a count of bulk_tokens, up to BULK_ELEMENTS values), each with its own magnitude and hazard
     # (bulk_tokens below).
     # On a GPU the tokens are built on it, and a bulk holds up to 16M values (a DeepSeek-V4 token
@@ -94,7 +94,7 @@ def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int 
                   dtypes=FLOAT_DTYPES, structure_pool: tuple = (), bulk_tokens: tuple = (),
                   bulk_elements: int = BULK_ELEMENTS, device: str = "cpu") -> st.SearchStrategy[Case]:
     """hc_head cases; with `structure_pool` (GPU sizes) most cases take their whole structure from
-    it or from the ones explored before (mostly_from), bulk tokens and layout included; with
+    it (mostly_from: one case in GPU_EXPLORE_ONE_IN explores), bulk tokens and layout included; with
     `bulk_tokens` (GPU sizes) 0 or that many more tokens after the drawn ones (bulk_tokens), at
     most `bulk_elements` values; x is built on `device` (generation_device). A
     third of the cases are in the judge's form (judge_forms): bf16, contiguous, hc_mult 2 or 4,

@@ -26,8 +26,8 @@ OP = "sigmoid_gate_topk_renorm"
 SIZES = {
     "cpu": dict(max_tokens=6, max_experts=260, max_shared=4, max_k=16),
     # On a GPU, whole structures (tokens, experts, shared experts, k, dtype, bulk rows, layout)
-    # mostly come from GPU_STRUCTURES and the ones explored before (strategies.values.mostly_from):
-    # a kernel compiles once for each. Besides its drawn tokens a GPU case carries a bulk of rows
+    # mostly come from GPU_STRUCTURES (below; strategies.values.mostly_from): one case in 16 draws
+    # a new one, and a kernel compiles once for each. Besides its drawn tokens a GPU case carries a bulk of rows
     # (0 or a count of bulk_rows, up to BULK_ELEMENTS logits), each with its own hazard (bulk_rows below).
     "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, structure_pool=None,
                  bulk_rows=(2048, 16384)),
