@@ -13,9 +13,14 @@ pytest_plugins = ["oracles.gate.plugin"]
 
 
 # The suite's longest tests start first: gates and engines in a subprocess (15-90 s each on a
-# 2-core CPU, up to 250 s beside 15 other workers on an H200) and the mutant properties; a long
-# one handed out last set the suite's end. xdist hands out tests in collection order, in chunks
-# of a few unless --maxschedchunk says otherwise: one at a time, so that order is the schedule.
+# 2-core CPU, up to 100 s beside 15 other workers on an H200) and the mutant properties; a long
+# one handed out last set the suite's end. xdist's load scheduler first hands each worker two
+# consecutive tests, then one at a time (with --maxschedchunk 1, set here). Two long tests side by
+# side in that first hand-out ran one after the other in one worker: the engine's fixture test
+# and its Redis test ended the native suite at 126 s where 88 s was possible (H200, 2026-12-04).
+# So in the first hand-out each long test is paired with a short one.
+import os
+
 LONG_FIRST = ("tests/suite/test_engine.py", "tests/suite/test_gate.py", "tests/suite/test_mutants.py")
 
 
@@ -24,9 +29,24 @@ def pytest_configure(config):
         config.option.maxschedchunk = 1
 
 
+def long_tests_apart(items: list, workers: int) -> list:
+    """`items` (long tests first) with the first `workers` long tests at even places, each
+    followed by a short one: xdist's first hand-out of two consecutive tests a worker then gives
+    each worker one long test."""
+    long = [i for i in items if i.nodeid.split("::")[0] in LONG_FIRST]
+    short = [i for i in items if i.nodeid.split("::")[0] not in LONG_FIRST]
+    paired = min(workers, len(long), len(short))
+    head = [item for pair in zip(long[:paired], short[:paired]) for item in pair]
+    return head + long[paired:] + short[paired:]
+
+
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         path = item.nodeid.split("::")[0]
         return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
     # after the plugin's own order (stable): the beyond-2^31 cases stay last
-    items.sort(key=lambda item: ("beyond_int32" in getattr(item, "fixturenames", ()), rank(item)))
+    beyond = [i for i in items if "beyond_int32" in getattr(i, "fixturenames", ())]
+    rest = sorted((i for i in items if "beyond_int32" not in getattr(i, "fixturenames", ())), key=rank)
+    # every xdist worker collects and must compute the same order: the worker count is in its environment
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    items[:] = (long_tests_apart(rest, workers) if workers > 1 else rest) + beyond

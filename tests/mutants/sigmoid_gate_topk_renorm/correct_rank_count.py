@@ -9,10 +9,12 @@ Per token, with logits [T, N + S] (N routed experts, then S shared experts), all
     w       = p / sum(p) * route_scale * global_scale       stored in the logits dtype
 
 Top-k without a loop over k: rank[e] = #{f valid : key[f] > key[e], or key[f] == key[e] and f < e},
-an [N_PAD, N_PAD] comparison tile reduced along one axis. The ranks are a permutation of 0..N-1;
-lane e is chosen when rank[e] < k and lands in column rank[e]. The key is an int32 whose signed
-order is the float order of sel, every NaN INT32_MAX (torch.topk ranks NaN above every number).
-The tile is N_PAD^2 elements: fine for the routing widths of the task (N <= 256), costly beyond.
+counted over [N_PAD, CHUNK] comparison tiles, one chunk of the f lanes at a time (their keys
+recomputed from the logits, by the same arithmetic as the e lanes'). The ranks are a permutation
+of 0..N-1; lane e is chosen when rank[e] < k and lands in column rank[e]. The key is an int32
+whose signed order is the float order of sel, every NaN INT32_MAX (torch.topk ranks NaN above
+every number). One [N_PAD, N_PAD] tile would be simpler, but at N = 1024 its 2^20 elements took
+Triton's LLVM step more than three minutes to compile on an H200 (2026-12-04).
 """
 
 import torch
@@ -29,6 +31,15 @@ def _sigmoid(x):
 
 
 @triton.jit
+def _keys(raw, bias):
+    """sel = sigmoid(raw) + bias as an int32 key: signed int order == float order, NaN the largest."""
+    sel = _sigmoid(raw) + bias
+    bits = sel.to(tl.int32, bitcast=True)
+    key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return tl.where(sel != sel, 0x7FFFFFFF, key)
+
+
+@triton.jit
 def _rank_count_kernel(
     logits_ptr, stride_lt, stride_le,
     bias_ptr, stride_b,
@@ -38,7 +49,7 @@ def _rank_count_kernel(
     shared_w_ptr, stride_st, stride_ss,
     T, N, S, k,
     route_scale, global_scale_value,
-    N_PAD: tl.constexpr, S_PAD: tl.constexpr, GLOBAL_SCALE_IN_MEMORY: tl.constexpr,
+    N_PAD: tl.constexpr, CHUNK: tl.constexpr, S_PAD: tl.constexpr, GLOBAL_SCALE_IN_MEMORY: tl.constexpr,
 ):
     pid = tl.program_id(0)
     num_programs = tl.num_programs(0)
@@ -52,7 +63,6 @@ def _rank_count_kernel(
     else:
         global_scale = global_scale_value
     # [e, f] tiles: e is the lane being ranked (rows), f the lane it is compared with (columns)
-    f_lanes = lanes[None, :]
     e_lanes = lanes[:, None]
 
     for t in range(pid, T, num_programs):
@@ -62,14 +72,15 @@ def _rank_count_kernel(
         raw = tl.load(logits_row + lanes * stride_le, mask=valid, other=0.0).to(tl.float32)
         raw_s = tl.load(logits_row + (N + s_lanes) * stride_le, mask=s_valid, other=0.0).to(tl.float32)
 
-        sel = _sigmoid(raw) + bias
-        bits = sel.to(tl.int32, bitcast=True)
-        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)   # signed int order == float order
-        key = tl.where(sel != sel, 0x7FFFFFFF, key)
-        key_e = key[:, None]
-        key_f = key[None, :]
-        outranks = (key_f > key_e) | ((key_f == key_e) & (f_lanes < e_lanes))
-        rank = tl.sum((outranks & valid[None, :]).to(tl.int32), axis=1)
+        key_e = _keys(raw, bias)[:, None]
+        rank = tl.zeros([N_PAD], dtype=tl.int32)
+        for f0 in range(0, N, CHUNK):
+            f = f0 + tl.arange(0, CHUNK)
+            f_valid = f < N
+            raw_f = tl.load(logits_row + f * stride_le, mask=f_valid, other=0.0).to(tl.float32)
+            key_f = _keys(raw_f, tl.load(bias_ptr + f * stride_b, mask=f_valid, other=0.0))[None, :]
+            outranks = (key_f > key_e) | ((key_f == key_e) & (f[None, :] < e_lanes))
+            rank += tl.sum((outranks & f_valid[None, :]).to(tl.int32), axis=1)
         chosen = valid & (rank < k)
 
         # tl.where, not a product with a mask: unchosen lanes may hold NaN or inf.
@@ -102,9 +113,10 @@ def sigmoid_gate_topk_renorm(logits, k, n_shared_experts, route_scale, global_sc
     shared_w = torch.empty((T, S), dtype=logits.dtype, device=logits.device)
     if T == 0:
         return routed_w, indices, shared_w
-    # Launch: one program per token (grid-stride beyond _MAX_PROGRAMS). The comparison tile is
-    # N_PAD^2 int32: 4 warps up to N_PAD = 128, 8 beyond.
+    # Launch: one program per token (grid-stride beyond _MAX_PROGRAMS). A comparison tile holds
+    # at most 8192 int32 (N_PAD x CHUNK): 4 warps up to N_PAD = 128, 8 beyond.
     N_PAD = triton.next_power_of_2(N)
+    CHUNK = min(N_PAD, max(8, 8192 // N_PAD))
     S_PAD = triton.next_power_of_2(max(S, 1))
     _rank_count_kernel[(min(T, _MAX_PROGRAMS),)](
         logits, logits.stride(0), logits.stride(1),
@@ -115,7 +127,7 @@ def sigmoid_gate_topk_renorm(logits, k, n_shared_experts, route_scale, global_sc
         shared_w, shared_w.stride(0), shared_w.stride(1),
         T, N, S, k,
         float(route_scale), gs_value,
-        N_PAD=N_PAD, S_PAD=S_PAD, GLOBAL_SCALE_IN_MEMORY=gs_tensor is not None,
+        N_PAD=N_PAD, CHUNK=CHUNK, S_PAD=S_PAD, GLOBAL_SCALE_IN_MEMORY=gs_tensor is not None,
         num_warps=4 if N_PAD <= 128 else 8, num_stages=1,
     )
     return routed_w, indices, shared_w
