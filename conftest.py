@@ -19,7 +19,11 @@ pytest_plugins = ["oracles.gate.plugin"]
 # side in that first hand-out ran one after the other in one worker: the engine's fixture test
 # and its Redis test ended the native suite at 126 s where 88 s was possible (H200, 2026-12-04).
 # So in the first hand-out each long test is paired with a short one.
+import faulthandler
 import os
+import sys
+
+import pytest
 
 LONG_FIRST = ("tests/suite/test_engine.py", "tests/suite/test_gate.py", "tests/suite/test_mutants.py")
 
@@ -50,3 +54,23 @@ def pytest_collection_modifyitems(config, items):
     # every xdist worker collects and must compute the same order: the worker count is in its environment
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
     items[:] = (long_tests_apart(rest, workers) if workers > 1 else rest) + beyond
+
+
+# A self-test still running after this long prints every thread's stack (the CPU's longest test
+# takes about 100 s): one correct variant's Triton compile that never ended kept the native suite
+# from finishing for five sessions, read each time as a slow suite, until stacks were dumped by
+# hand (tests/results/2026-12-04-h200-session14.md). A gate (--kernel) prints none: a user's
+# kernel may legitimately compile or run that long, and its budget is the gate's business.
+STACKS_AFTER_S = 300
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.config.getoption("kernel", None):
+        yield
+        return
+    faulthandler.dump_traceback_later(STACKS_AFTER_S, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
