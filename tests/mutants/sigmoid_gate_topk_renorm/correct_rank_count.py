@@ -13,8 +13,8 @@ counted over [N_PAD, CHUNK] comparison tiles, one chunk of the f lanes at a time
 recomputed from the logits, by the same arithmetic as the e lanes'). The ranks are a permutation
 of 0..N-1; lane e is chosen when rank[e] < k and lands in column rank[e]. The key is an int32
 whose signed order is the float order of sel, every NaN INT32_MAX (torch.topk ranks NaN above
-every number). One [N_PAD, N_PAD] tile would be simpler, but at N = 1024 its 2^20 elements took
-Triton's LLVM step more than three minutes to compile on an H200 (2026-12-04).
+every number). One [N_PAD, N_PAD] tile would be simpler, but at N = 1024 its 2^20 elements take
+Triton minutes to compile (tests/results/2026-12-04-h200-session14.md).
 """
 
 import torch
