@@ -1,5 +1,5 @@
 """How the suite runs itself: under `pytest -n auto` on a GPU host each xdist worker takes one GPU,
-round robin, and its share of the cores; a self-test stuck past conftest.STACKS_AFTER_S prints its
+round robin, and its share of the cores; a self-test stuck past suite_run.STACKS_AFTER_S prints its
 stacks; xdist's first hand-out gives each worker at most one long test."""
 
 import os
@@ -8,6 +8,8 @@ import types
 
 import pytest
 import torch
+
+from oracles.gate import suite_run
 
 
 @pytest.mark.gpu
@@ -32,36 +34,26 @@ def test_an_xdist_worker_takes_its_share_of_the_cores_for_torch_threads():
     assert torch.get_num_threads() == max(1, (os.cpu_count() or 1) // workers), torch.get_num_threads()
 
 
-def _protocol(monkeypatch, kernel_option, seconds):
-    """Drive conftest's pytest_runtest_protocol around a 'test' that sleeps `seconds`."""
-    import conftest
-    monkeypatch.setattr(conftest, "STACKS_AFTER_S", 0.2)
-    item = types.SimpleNamespace(config=types.SimpleNamespace(getoption=lambda name, default=None: kernel_option))
-    wrapper = conftest.pytest_runtest_protocol(item, None)
-    next(wrapper)
-    time.sleep(seconds)
-    next(wrapper, None)
-
-
-def test_a_stuck_self_test_prints_its_stacks_and_a_gate_does_not(monkeypatch, capfd):
-    _protocol(monkeypatch, [], 0.6)
+def test_a_block_still_running_past_its_time_prints_its_stacks_and_one_that_ends_does_not(capfd):
+    with suite_run.stacks_if_stuck(0.2):
+        time.sleep(0.6)
     err = capfd.readouterr().err
-    assert "Timeout (0:00:00.200000)!" in err and "in _protocol" in err, err[-2000:]
-    _protocol(monkeypatch, [], 0.0)  # a test that ends in time: the dump is cancelled
-    time.sleep(0.4)
-    assert "Timeout" not in capfd.readouterr().err
-    _protocol(monkeypatch, ["hc_head=k.py"], 0.6)  # a gate: a user's kernel may take that long
+    assert "Timeout (0:00:00.200000)!" in err and "test_a_block_still_running_past_its_time" in err, err[-2000:]
+    with suite_run.stacks_if_stuck(0.2):
+        pass
+    time.sleep(0.4)  # past the time: the dump was cancelled when the block ended
     assert "Timeout" not in capfd.readouterr().err
 
 
 def test_long_tests_are_paired_with_short_ones_in_the_first_hand_out():
-    import conftest
-    long = [types.SimpleNamespace(nodeid=f"{conftest.LONG_FIRST[0]}::long{n}") for n in range(3)]
+    long = [types.SimpleNamespace(nodeid=f"{suite_run.LONG_FIRST[0]}::long{n}") for n in range(3)]
     short = [types.SimpleNamespace(nodeid=f"tests/suite/test_oracles.py::short{n}") for n in range(4)]
     names = lambda items: [i.nodeid.split("::")[1] for i in items]  # noqa: E731
+    ordered = suite_run.long_first(short[:2] + long + short[2:])
+    assert names(ordered) == ["long0", "long1", "long2", "short0", "short1", "short2", "short3"]
     # xdist first hands each worker two consecutive tests: with 2 workers one long test apiece,
     # then the rest in their order, long first
-    assert names(conftest.long_tests_apart(long + short, workers=2)) == \
+    assert names(suite_run.long_tests_apart(ordered, workers=2)) == \
         ["long0", "short0", "long1", "short1", "long2", "short2", "short3"]
-    assert names(conftest.long_tests_apart(long + short, workers=16)) == \
+    assert names(suite_run.long_tests_apart(ordered, workers=16)) == \
         ["long0", "short0", "long1", "short1", "long2", "short2", "short3"]
