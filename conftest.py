@@ -13,7 +13,7 @@ from oracles.platform.device import decide_platform
 
 decide_platform()
 
-from oracles.gate import suite_run  # noqa: E402  (after decide_platform: it imports nothing of a kernel, but keep the rule)
+from oracles.gate import suite_run  # noqa: E402  (the suite's imports come after decide_platform)
 
 pytest_plugins = ["oracles.gate.plugin"]
 

@@ -19,16 +19,17 @@ LONG_FIRST = ("tests/suite/test_engine.py", "tests/suite/test_gate.py", "tests/s
 STACKS_AFTER_S = 300.0
 
 
+def _file(item) -> str:
+    return item.nodeid.split("::")[0]
+
+
 def is_long(item) -> bool:
-    return item.nodeid.split("::")[0] in LONG_FIRST
+    return _file(item) in LONG_FIRST
 
 
 def long_first(items: list) -> list:
     """`items` with the long files' tests first, in LONG_FIRST's order (stable otherwise)."""
-    def rank(item) -> int:
-        path = item.nodeid.split("::")[0]
-        return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
-    return sorted(items, key=rank)
+    return sorted(items, key=lambda i: LONG_FIRST.index(_file(i)) if is_long(i) else len(LONG_FIRST))
 
 
 def long_tests_apart(items: list, workers: int) -> list:
