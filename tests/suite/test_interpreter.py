@@ -534,3 +534,41 @@ def test_gpu_precompile_warms_every_config_of_a_judge_key_and_never_raises():
     assert [w["BLOCK"] for w in warmed] == [16, 32, 64]
     assert all(w["x_ptr"] == "x" and w["n"] == 12 and w["grid"] == (1,) and w["num_warps"] == 4
                and "warmup" not in w for w in warmed), warmed
+
+
+@triton.jit
+def _scaled_copy(x_ptr, y_ptr, n, scale, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0) * scale, mask=offs < n)
+
+
+def test_a_kept_launch_handle_launches_the_kernel_again():
+    """A launch (or a warmup) returns a handle that, indexed with a grid, launches the same kernel
+    as a GPU's CompiledKernel does: with every parameter in order, or with the constexprs left
+    out (older Triton baked them in)."""
+    bf16.enable_compiled_handles()
+    bf16.enable_compiled_handles()  # idempotent: wraps once
+    x = torch.arange(1.0, 9.0)
+    y = torch.zeros(8)
+    handle = _scaled_copy[(1,)](x, y, 8, 2.0, BLOCK=8)
+    assert torch.equal(y, 2 * x)
+    every = torch.zeros(8)
+    handle[(1,)](x, every, 8, 3.0, 8)
+    assert torch.equal(every, 3 * x)
+    baked = torch.zeros(8)
+    handle[(1, 1, 1)](x, baked, 5, 4.0)
+    assert torch.equal(baked, torch.cat([4 * x[:5], torch.zeros(3)]))
+    warmed = _scaled_copy.warmup(x, y, 8, 2.0, BLOCK=8, grid=(1,))
+    after_warmup = torch.zeros(8)
+    warmed[(1,)](x, after_warmup, 8, 5.0, 8)
+    assert torch.equal(after_warmup, 5 * x)
+    with pytest.raises(TypeError, match="takes 5 arguments, got 6"):
+        handle[(1,)](x, y, 8, 2.0, 8, 9)
+
+
+def test_unpatched_interpreter_launch_returns_no_handle(monkeypatch):
+    """The twin: the interpreter's own launch returns None, so a kernel relaunching through its
+    kept handle raised on its second call."""
+    bf16.enable_compiled_handles()
+    monkeypatch.setattr(interp.InterpretedFunction, "run", interp.InterpretedFunction.run.__wrapped__)
+    assert _scaled_copy[(1,)](torch.ones(8), torch.zeros(8), 8, 2.0, BLOCK=8) is None
