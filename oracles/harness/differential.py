@@ -53,12 +53,23 @@ def interpreter_gap(error: BaseException) -> bool:
     interpreter wraps it as InterpreterError from a NotImplementedError (inline PTX via
     tl.inline_asm_elementwise, ...) or from an AttributeError naming its InterpreterBuilder (a
     builder method the GPU's builder has: Triton 3.6's interpreter has no get_bf16, so a bf16
-    tensor combined with a Python float constant cannot run there)."""
+    tensor combined with a Python float constant cannot run there); or the wrapper asked the
+    platform for a GPU it does not have (_NO_GPU_TO_ASK)."""
     if not interpreter_active():
         return False
     return any((isinstance(e, NotImplementedError) and "interpreter" in str(e))
                or (isinstance(e, AttributeError) and "'InterpreterBuilder' object has no attribute" in str(e))
+               or any(marker in str(e) for marker in _NO_GPU_TO_ASK)
                for e in error_chain(error))
+
+
+# The CPU platform has no GPU to ask: a wrapper that sizes its grid from the device
+# (torch.cuda.get_device_properties(...).multi_processor_count, Triton's
+# driver.active.utils.get_device_properties, as Triton's own tutorials do) raises these here and
+# not on the GPU it was written for. Such a call was a `contract` failure inside the judge's
+# domain on every CPU case (2026-12-06): the platform's gap, not the kernel's.
+_NO_GPU_TO_ASK = ("Torch not compiled with CUDA enabled", "No CUDA GPUs are available",
+                  "Found no NVIDIA driver", "0 active drivers")
 
 
 def error_chain(error: BaseException | None):
@@ -199,7 +210,8 @@ def run_case(op_name: str, fn, case: Case, options: RunOptions) -> Verdict:
             # compiler tells them apart: what compiles for sm_90 is not the kernel's failure.
             compiled = gpu_compile_check(run.launch_specs, portability=False)
         if run.error is not None and (interpreter_gap(run.error) or (compiled is not None and compiled.status == PASS)):
-            verdict.add(Check("contract", UNTRUSTED, f"{problem} -- the CPU interpreter cannot run this kernel, "
+            verdict.add(Check("contract", UNTRUSTED, f"{problem} -- the CPU platform cannot run this kernel (the "
+                                                     f"interpreter lacks a feature, or there is no GPU to ask), "
                                                      f"which is not the kernel's failure: run on a GPU to judge it"))
             if options.sanitize and run.launch_specs:  # whether a GPU can compile it, this run can still say
                 verdict.add(gpu_compile_check(run.launch_specs, portability=options.portability))

@@ -487,6 +487,32 @@ def test_interpreter_builder_gaps_are_untrusted_and_kernel_errors_are_not(monkey
     assert not differential.interpreter_gap(wrapped(gap))  # on a GPU nothing is the interpreter's
 
 
+def _hc_head_sized_by_the_gpu(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    """A persistent kernel's wrapper: the grid from the GPU's multiprocessor count."""
+    programs = torch.cuda.get_device_properties(x.device).multi_processor_count
+    return hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps) if programs else None
+
+
+def _hc_head_asserting_its_own(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
+    assert x.shape[1] == 4, "only hc_mult 4"
+    return hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
+
+
+@pytest.mark.hc_head
+def test_asking_the_cpu_platform_for_a_gpu_is_untrusted_and_a_kernels_own_assert_is_not():
+    """A wrapper that asks for the GPU's properties raises on the CPU platform, never on the GPU
+    it was written for: `untrusted` (rerun on a GPU), not a contract failure; the kernel's own
+    assert on a judge-domain input stays a failure."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU answers the query")
+    case = judge_cases()[0]  # the judge's own first case (hc_mult 2): inside its domain
+    asked = run_case("hc_head", _hc_head_sized_by_the_gpu, case, RunOptions(device="cpu"))
+    assert asked.check("contract").status == "untrusted", asked.render()
+    assert "CUDA" in asked.check("contract").message and not asked.failures(), asked.render()
+    own = run_case("hc_head", _hc_head_asserting_its_own, case, RunOptions(device="cpu"))
+    assert own.check("contract").status == "fail", own.render()
+
+
 # ---------------------------------------------------------------------------------------------
 # Every argument form real kernels launch with: the recorder and the gpu-compile check take them
 
