@@ -43,6 +43,9 @@ U32 = 2.0 ** -24
 # each such event moves a value by less than FLT32_TINY, so bounds add it per affected term.
 FLT32_TINY = torch.finfo(torch.float32).tiny
 FLT32_MAX = torch.finfo(torch.float32).max
+# Spacing of the float32 subnormals (the smallest positive float32): a result in the subnormal
+# range rounds to a multiple of it, an absolute error up to half of it that no relative bound covers.
+SUBNORMAL_STEP = 2.0 ** -149
 
 # Approximate operations, in units of U32 on their result (GPU libdevice / PTX approx ops):
 # rsqrt.approx and sqrt+div are within 2 ulp; we allow 4. ex2.approx is within 2 ulp after the

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
+from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, SUBNORMAL_STEP, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
                              contract_check, fmt, judge_check, judge_on_rows, on_device, specials_check)
 from oracles.ops import OpSpec
@@ -635,7 +635,9 @@ def accuracy_bound(o: Weights64) -> torch.Tensor:
       renormalized (rsum > 0, |ds| < rsum / 2):
         routed q_j = a_j / rsum:  ((e_j + q_j ds) / (rsum - ds) + DIV_ULPS u q_j) sa
         shared (rsum / r) / rsum: (2 DIV_ULPS + 1) u |w| (the same float32 rsum cancels), plus
-                                  2 ds / (rsum - ds) |w| for a kernel that sums twice
+                                  2 ds / (rsum - ds) |w| for a kernel that sums twice, plus
+                                  sa 2^-150 / (rsum - ds) where rsum / r is subnormal (rounded to
+                                  the subnormal grid, then divided by rsum)
         beyond |ds| < rsum / 2 (every chosen act near or below FLT_MIN) a float32 row can be
         anything a q in [0, 1] gives: no bound, those rows are classified (underflow_rows)
       scaled output (* r):     + 2 u |w|
@@ -657,7 +659,8 @@ def accuracy_bound(o: Weights64) -> torch.Tensor:
     renorm_routed = torch.where(inside, ((o.e + q * o.ds) / (safe - o.ds).clamp_min(FLT32_TINY)
                                          + DIV_ULPS * U32 * q) * sa, torch.zeros_like(q))
     renorm_shared = (2 * DIV_ULPS + 1) * U32 * aw[:, KR:] \
-        + torch.where(inside, 2 * o.ds / (safe - o.ds).clamp_min(FLT32_TINY), torch.zeros_like(o.ds)) * aw[:, KR:]
+        + torch.where(inside, 2 * o.ds / (safe - o.ds).clamp_min(FLT32_TINY), torch.zeros_like(o.ds)) * aw[:, KR:] \
+        + torch.where(inside, sa * (SUBNORMAL_STEP / 2) / (safe - o.ds).clamp_min(FLT32_TINY), torch.zeros_like(o.ds))
     routed = torch.where(renorm, renorm_routed, plain_routed)
     shared = torch.where(renorm, renorm_shared, plain_shared)
     bound = torch.cat([routed, shared], dim=-1) + scaled * aw + 3 * FLT32_TINY * (1 + sa) + ulp(aw, torch.float32)
@@ -679,12 +682,23 @@ def underflow_rows(o: Weights64) -> torch.Tensor:
 def weight_hull_accepts(weights: torch.Tensor, o: Weights64) -> torch.Tensor:
     """[M, topk] bool: a weight some float32 evaluation of an underflowing row gives: routed in
     [0, sa], shared in [0, sa / |r|] (or either sign of r), within rounding; or NaN, or an infinity
-    (a quotient by a flushed sum)."""
+    (a quotient by a flushed sum).
+
+    The shared slot's (rsum / r) / rsum: where rsum is subnormal, rsum / r rounds to the subnormal
+    grid (2^-149), an absolute error up to 2^-150 that the division by rsum then magnifies, so
+    the quotient can exceed 1 / |r| by 2^-150 / rsum32 (relative to 1 / |r|: |r| 2^-150 / rsum32;
+    sum32 >= rsum - ds, and at least one subnormal step when it is not flushed). On an H100
+    (2026-12-06) the bundled kernel gave 1.00000095 and the float32 reference 0.999999046 for a
+    shared weight of 1 (rsf 16, one subnormal sigmoid): both such evaluations."""
     w = on_device(o.w, weights).double()
     sa = o.rsf if o.apply else 1.0
-    routed_hi = sa
-    shared_hi = sa / o.rsf if o.rsf != 0.0 else math.inf
-    his = torch.tensor([routed_hi] * o.KR + [shared_hi] * (w.shape[1] - o.KR), dtype=torch.float64, device=w.device)
+    routed_hi = torch.full_like(o.rsum, sa)                                       # [M, 1]
+    if o.rsf != 0.0:
+        rsum32_lo = (o.rsum - o.ds).clamp_min(SUBNORMAL_STEP)
+        shared_hi = sa / o.rsf + abs(sa) * (SUBNORMAL_STEP / 2) / rsum32_lo
+    else:
+        shared_hi = torch.full_like(o.rsum, math.inf)
+    his = torch.cat([routed_hi.expand(-1, o.KR), shared_hi.expand(-1, w.shape[1] - o.KR)], dim=-1).to(w.device)
     lo, hi = torch.minimum(his, torch.zeros_like(his)), torch.maximum(his, torch.zeros_like(his))
     slack = 8 * U32 * his.abs().nan_to_num(0, 0, 0) + ulp(his.abs().nan_to_num(0, 0, 0), torch.float32) \
         + 3 * FLT32_TINY

@@ -335,6 +335,31 @@ def test_an_underflowing_row_is_a_risk_inside_the_hull_and_a_failure_outside():
     assert checks["accuracy"].status == "fail" or checks["specials"].status == "fail"
 
 
+def test_a_subnormal_routed_sum_moves_the_shared_weight_either_way_and_far_is_still_a_failure():
+    """(rsum / r) / rsum * r with one sigmoid near FLT_MIN: rsum / r rounds to the subnormal grid and
+    the division by rsum magnifies it. On an H100 (2026-12-06) the float32 reference gave
+    0.999999046 and the bundled kernel 1.00000095 for a shared weight of 1 (rsf 16), and the
+    kernel failed `accuracy` inside the judge's domain: a float32-degenerate row, a risk. A
+    shared weight of 10 or -1 is no float32 evaluation: still a failure."""
+    scores = torch.tensor([[-87.0, -100.0]], dtype=torch.bfloat16)
+    case = build_case(scores=scores, bias=torch.tensor([0.1, 0.0]), topk=2, num_fused_shared_experts=1,
+                      routed_scaling_factor=16.0, apply_routed_scaling_factor_on_output=True)
+    weights, indices = oracle.reference(**case.inputs)
+    tiny = torch.finfo(torch.float32).tiny
+    assert tiny < float(torch.sigmoid(torch.tensor(-87.0))) < 16 * tiny  # the premise: rsum / 16 is subnormal
+    for shared in (1.00000095, 0.999999046, 1.0, 0.0):
+        w = weights.clone()
+        w[0, 1] = shared
+        checks, verdict = checks_of(case, indices.tolist(), weights=w)
+        assert not verdict.failures(), (shared, verdict.render())
+        assert checks["accuracy"].status in ("pass", "risk"), checks["accuracy"]
+    for shared in (10.0, -1.0):
+        w = weights.clone()
+        w[0, 1] = shared
+        checks, _ = checks_of(case, indices.tolist(), weights=w)
+        assert checks["accuracy"].status == "fail" and "weights[0, 1]" in checks["accuracy"].message, checks["accuracy"]
+
+
 def test_a_nan_routed_sum_leaves_the_row_unnormalized():
     """A NaN score is chosen first; rsum is NaN, NaN > 0 is false: the other weights stay
     unnormalized sigmoids and the shared slot is NaN. A kernel dividing by the NaN sum fails."""
