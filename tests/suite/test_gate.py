@@ -551,6 +551,58 @@ def test_a_budget_spent_before_any_case_does_not_fail_the_property(request, run_
     prop(fuzz=fuzz, implementation=slow)
 
 
+def test_a_budget_spent_replaying_the_database_does_not_fail_the_property(request, run_options, monkeypatch):
+    """Hypothesis replays its database first and only then runs its simplest example, whose
+    overrun fails the large_base_example health check. Every implementation of an op shares the
+    property's database key (its parameters come from pytest_generate_tests), so one gate replays
+    what another saved: on an H100 (2026-12-06, 16 gates at once, --gate-budget=10) three correct
+    gate_topk kernels had their budget spent replaying 5 such cases, then FAILED with every check
+    passing. The simplest example always runs; the ones after it end as before."""
+    import types
+    from hypothesis import given, settings, strategies as st
+    from hypothesis.database import InMemoryExampleDatabase
+    from oracles.gate.fuzz import end_when_budget_spent
+    from strategies.hc_head import judge_cases
+    _, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=15.0)
+    case = min(judge_cases(run_options.device), key=lambda c: c.inputs["x"].numel())
+    database, another_kernel_fails, draws = InMemoryExampleDatabase(), [True], []
+
+    @settings(max_examples=50, database=database, deadline=None)
+    @given(data=st.data())
+    def prop(data, fuzz, implementation):
+        n = data.draw(st.integers(0, 100))
+        if another_kernel_fails[0]:
+            assert n < 5  # another kernel's failure, saved under the shared key
+            return
+        draws.append(n)
+        fuzz.check(case, implementation)
+
+    end_when_budget_spent(types.SimpleNamespace(obj=prop, fixturenames=("data", "fuzz", "implementation")))
+    with pytest.raises(AssertionError):
+        prop(fuzz=fuzz, implementation=slow)
+    another_kernel_fails[0] = False
+    prop(fuzz=fuzz, implementation=slow)  # the saved case (10 s of 15), the simplest one, then none
+    assert draws[0] == 5 and draws[1] == 0 and len(draws) == 2, draws
+    assert fuzz.tally.budget_exhausted
+
+
+def test_hypothesis_complaining_about_the_test_is_the_suites_error_not_the_kernels():
+    """A failed health check or a strategy that drew differently on replay is raised by Hypothesis
+    about the property itself (a kernel's exceptions become verdicts inside Fuzz.check): the gate
+    reports it as tritonfuzz's error (ERROR, exit 3), never as the kernel's FAIL; a kernel's
+    failure stays the kernel's."""
+    import types
+    from hypothesis.errors import FailedHealthCheck
+    from oracles.gate.fuzz import SuiteError, _suite_errors
+    from oracles.harness.failures import KernelCheckFailed
+    group = Exception("two")  # what Hypothesis raises for several distinct errors: an exception group
+    group.exceptions = [FailedHealthCheck("The smallest natural input for this test is very large."),
+                        KernelCheckFailed("[accuracy] FAIL: ...")]
+    found = _suite_errors(types.SimpleNamespace(value=group))
+    assert len(found) == 1 and isinstance(found[0], SuiteError) and "FailedHealthCheck" in str(found[0]), found
+    assert _suite_errors(types.SimpleNamespace(value=KernelCheckFailed("[accuracy] FAIL: ..."))) == []
+
+
 def test_a_spent_budget_still_draws_to_replay_a_failure(request, run_options, monkeypatch):
     """With a failure found the drawn phase does not end early: Hypothesis shrinks and replays it
     (check raises it again from its content hash), so the failure is reported, not lost. Here
