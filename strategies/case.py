@@ -194,7 +194,11 @@ def float_to_json(value: float) -> dict:
 
 
 def tensor_to_json(t: torch.Tensor, *, preview: bool = True) -> dict:
-    span = storage_span(t.detach().cpu()).contiguous()
+    # The storage span is taken where the tensor lives, then copied: `.cpu()` of a CUDA view with
+    # gaps or an offset returns a compacted copy, whose bytes did not match the strides and offset
+    # written beside them (every GPU fixture of a strided case was unreadable or shifted;
+    # "view needs 4333823 storage elements, file has 2166912", H100 2026-12-06).
+    span = storage_span(t.detach()).contiguous().cpu()
     raw = span.view(torch.uint8).numpy().tobytes() if span.numel() else b""
     out = {
         "dtype": DTYPE_NAMES[t.dtype],

@@ -1,13 +1,16 @@
 """Replay every committed fixture against every implementation under test of its op.
 
 A fixture is a minimized case that once failed; a correct kernel passes it. A corrupt fixture
-fails its own test with a message naming the file; the others still run.
+fails its own test with a message naming the file, as tritonfuzz's error (the corpus's, never the
+kernel's: a gate says ERROR, not FAIL); the others still run.
 """
 
 from pathlib import Path
 
 import pytest
 
+from oracles.gate.fuzz import SuiteError
+from strategies.case import CaseFormatError
 from strategies.fixtures import fixture_files, load_fixture
 
 
@@ -40,5 +43,8 @@ def frozen_fixture_files(root: Path, op: str) -> list[Path]:
 
 @pytest.mark.tally("fixture")
 def test_fixture_replays(fixture_file, implementation, fuzz):
-    case, meta = load_fixture(fixture_file)
+    try:
+        case, meta = load_fixture(fixture_file)
+    except CaseFormatError as e:
+        raise SuiteError(f"corrupt fixture, not the kernel's failure: {e}") from None
     fuzz.check(case, implementation)

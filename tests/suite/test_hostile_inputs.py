@@ -61,6 +61,28 @@ def x_field(document) -> dict:
     return document["case"]["inputs"]["x"]["tensor"]
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape, stride, offset", [
+    ((5, 3, 4), (24, 8, 2), 0),   # stepped: a gap after every element (the GPU fixture that broke)
+    ((5, 3, 4), (12, 4, 1), 7),   # contiguous rows after a storage offset
+    ((4, 6), (1, 4), 3),          # permuted, with an offset
+])
+def test_a_strided_tensor_round_trips_through_its_fixture_on_every_device(device, shape, stride, offset):
+    """Values, strides, offset and the gaps between them survive tensor_to_json and back, wherever
+    the tensor lives: on a GPU `.cpu()` of such a view compacted it, so the bytes written no longer
+    matched the strides beside them (H100, 2026-12-06). The gaps hold what the storage holds."""
+    from strategies.case import storage_span, tensor_from_json, tensor_to_json
+    extent = offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+    storage = torch.arange(extent, dtype=torch.float32, device=device)
+    view = storage.as_strided(shape, stride, offset)
+    back = tensor_from_json(tensor_to_json(view), where="x")
+    assert back.stride() == view.stride() and back.storage_offset() == offset
+    assert torch.equal(back, view.cpu()) and torch.equal(storage_span(back), storage.cpu())
+
+
 def test_a_stride_0_view_claiming_billions_of_elements_is_refused_before_allocating(tmp_path):
     def huge_view(d):
         x = x_field(d)
@@ -69,6 +91,16 @@ def test_a_stride_0_view_claiming_billions_of_elements_is_refused_before_allocat
     path = fixture_file(tmp_path, huge_view)
     with pytest.raises(CaseFormatError, match=rf"{path}.*input 'x'.*over the {MAX_TENSOR_ELEMENTS} elements"):
         load_fixture(path)
+
+
+def test_a_corrupt_fixture_is_the_suites_error_in_its_replay_not_the_kernels(tmp_path):
+    """Its replay raises SuiteError, which the gate reports as ERROR: a fixture whose bytes do not
+    cover its view (as GPU runs wrote before the fix above) failed a public hc_head kernel's gate."""
+    from oracles.gate.fuzz import SuiteError
+    from tests.kernel.test_regressions import test_fixture_replays
+    path = fixture_file(tmp_path, lambda d: x_field(d).update(storage_elements=1, bytes_b64="AAA="))
+    with pytest.raises(SuiteError, match=rf"corrupt fixture, not the kernel's failure: {path}"):
+        test_fixture_replays(path, implementation=None, fuzz=None)
 
 
 def test_a_case_whose_tensors_together_pass_the_case_limit_is_refused_before_allocating(tmp_path):
