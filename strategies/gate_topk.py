@@ -16,7 +16,7 @@ from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, SPECIAL_NAMES, Layout, background, bulk_row_counts,
                                hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, next_in_dtype, place,
-                               GPU_EXPLORE_ONE_IN, seed_bulk, seed_layout,
+                               GPU_EXPLORE_ONE_IN, generation_device, seed_bulk, seed_layout,
                                seeds, sometimes, special_tensor, specials_in_rows, tie_rows)
 
 OP = "gate_topk"
@@ -44,7 +44,8 @@ SIZES = {
     # gate_topk fuzz time on an H200, 2026-12-02); values, hazards and layouts are drawn anew.
     # Besides its drawn rows a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to
     # BULK_ELEMENTS values), each with its own hazard (bulk_rows below).
-    "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384)),
+    "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384),
+                 device="cuda"),
 }
 BULK_ELEMENTS = 1 << 22
 JUDGE_MAX_COLS, JUDGE_MAX_K = 1024, 32  # the judge domain's bounds (oracles/ops/gate_topk.py)
@@ -82,61 +83,64 @@ SPECIALS = SPECIAL_NAMES
 
 
 def make_values(kind: str, shape: tuple[int, int], *, k: int, seed: int, scale: float,
-                dtype: torch.dtype) -> torch.Tensor:
-    """The bulk of x [M, N] for a VALUE_KINDS kind and a top k, from a seeded CPU generator."""
+                dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """The bulk of x [M, N] for a VALUE_KINDS kind and a top k, from a generator seeded on
+    `device` (the same seed gives other values on another device type)."""
     M, N = shape
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     if kind == "judge":
-        return (torch.randperm(M * N, generator=gen).reshape(M, N).float() / max(M * N, 1)).to(dtype)
+        return (torch.randperm(M * N, generator=gen, device=device).reshape(M, N).float() / max(M * N, 1)).to(dtype)
     if kind == "randn":
-        return background(shape, seed=seed, scale=scale, dtype=dtype)
+        return background(shape, seed=seed, scale=scale, dtype=dtype, device=device)
     if kind == "integers":
-        return torch.randint(-3, 4, shape, generator=gen).to(dtype)
+        return torch.randint(-3, 4, shape, generator=gen, device=device).to(dtype)
     if kind == "constant":
-        return (torch.randn(M, 1, generator=gen) * scale).to(dtype).expand(M, N).clone()
+        return (torch.randn(M, 1, generator=gen, device=device) * scale).to(dtype).expand(M, N).clone()
     if kind == "zeros":
-        signs = torch.randint(0, 2, shape, generator=gen).bool()
-        return torch.where(signs, torch.tensor(-0.0), torch.tensor(0.0)).to(dtype)
+        signs = torch.randint(0, 2, shape, generator=gen, device=device).bool()
+        return torch.where(signs, torch.tensor(-0.0, device=device), torch.tensor(0.0, device=device)).to(dtype)
     if kind == "neg_inf":
         # r of a row's lanes finite, r drawn in 0..k per row: the top k always reaches -inf
         # unless r = k, so lanes of a real -inf are chosen (and must be chosen once each)
-        finite = torch.randint(0, k + 1, (M, 1), generator=gen)
-        shuffled = torch.rand(shape, generator=gen).argsort(-1)
-        return torch.where(shuffled < finite, torch.randn(shape, generator=gen), -math.inf).to(dtype)
+        finite = torch.randint(0, k + 1, (M, 1), generator=gen, device=device)
+        shuffled = torch.rand(shape, generator=gen, device=device).argsort(-1)
+        return torch.where(shuffled < finite, torch.randn(shape, generator=gen, device=device), -math.inf).to(dtype)
     if kind == "negative":
-        return (torch.randn(shape, generator=gen) - 4.0).to(dtype)
+        return (torch.randn(shape, generator=gen, device=device) - 4.0).to(dtype)
     raise InvalidArgument(f"make_values: kind={kind!r}; expected one of {[k for k, _ in VALUE_KINDS]}")
 
 
-def bulk_rows(kind: str, B: int, N: int, k: int, *, seed: int, scale: float, dtype: torch.dtype) -> torch.Tensor:
+def bulk_rows(kind: str, B: int, N: int, k: int, *, seed: int, scale: float, dtype: torch.dtype,
+              device="cpu") -> torch.Tensor:
     """B rows of a VALUE_KINDS kind, each with one hazard of ROW_HAZARDS as a drawn row gets it
     (_gate_topk_cases), all from one seeded generator with tensor ops: ties copied from a rank
     inside the top k or at its boundary onto up to three lanes (from below the top k at the
     boundary), a near tie one ulp of the dtype above or below such a rank, NaNs of every kind at up
     to three columns, a floor (every lane from a rank r < k down set to one of FLOORS), a run of one
-    special, an all-equal row."""
-    x = make_values(kind, (B, N), k=k, seed=seed, scale=scale, dtype=dtype)
+    special, an all-equal row. Built on `device`: on the host, the sorts of a GPU case's bulk were
+    most of its draw (gate_topk: 0.32 s an example on a 2-core CPU, 2026-12-06)."""
+    x = make_values(kind, (B, N), k=k, seed=seed, scale=scale, dtype=dtype, device=device)
     if B == 0:
         return x
-    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
-    hazard = torch.randint(0, len(ROW_HAZARDS), (B,), generator=gen)
+    gen = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
+    hazard = torch.randint(0, len(ROW_HAZARDS), (B,), generator=gen, device=device)
     order = torch.sort(x.double(), dim=-1, descending=True, stable=True).indices     # [B, N]: the lane at each rank
-    rank_of = torch.empty_like(order).scatter_(1, order, torch.arange(N).expand(B, N).contiguous())
+    rank_of = torch.empty_like(order).scatter_(1, order, torch.arange(N, device=device).expand(B, N).contiguous())
 
     def rows_of(name):
         return hazard == ROW_HAZARDS.index(name)
 
     tie_rows(x, order, k, ties=rows_of("ties"), near_ties=rows_of("near_tie"), gen=gen)
     specials_in_rows(x, rows_of("nan"), NANS, gen)
-    floors = torch.stack([special_tensor(name, dtype) for name in FLOORS])
-    floor = floors[torch.randint(0, len(FLOORS), (B,), generator=gen)]
-    floored = rows_of("floor")[:, None] & (rank_of >= torch.randint(0, k, (B,), generator=gen)[:, None])
-    specials = torch.stack([special_tensor(name, dtype) for name in SPECIALS])
-    start = torch.randint(0, N, (B,), generator=gen)
-    length = 1 + (torch.rand(B, generator=gen) * (N - start)).long()
-    lane = torch.arange(N)[None, :]
+    floors = torch.stack([special_tensor(name, dtype) for name in FLOORS]).to(device)
+    floor = floors[torch.randint(0, len(FLOORS), (B,), generator=gen, device=device)]
+    floored = rows_of("floor")[:, None] & (rank_of >= torch.randint(0, k, (B,), generator=gen, device=device)[:, None])
+    specials = torch.stack([special_tensor(name, dtype) for name in SPECIALS]).to(device)
+    start = torch.randint(0, N, (B,), generator=gen, device=device)
+    length = 1 + (torch.rand(B, generator=gen, device=device) * (N - start)).long()
+    lane = torch.arange(N, device=device)[None, :]
     run = rows_of("run")[:, None] & (lane >= start[:, None]) & (lane < (start + length)[:, None])
-    run_value = specials[torch.randint(0, len(SPECIALS), (B,), generator=gen)]
+    run_value = specials[torch.randint(0, len(SPECIALS), (B,), generator=gen, device=device)]
     x = torch.where(floored, floor[:, None], x)
     x = torch.where(run, run_value[:, None], x)
     return torch.where(rows_of("all_equal")[:, None], x[:, :1], x)
@@ -147,7 +151,8 @@ def build_case(*, x, k, features=(), label="") -> Case:
 
 
 def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520, max_k: int = 16,
-                    dtypes=FLOAT_DTYPES, structure_pool=(), bulk_rows=()) -> st.SearchStrategy[Case]:
+                    dtypes=FLOAT_DTYPES, structure_pool=(), bulk_rows=(), device: str = "cpu"
+                    ) -> st.SearchStrategy[Case]:
     """gate_topk cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean), N (hostile sizes: 1,
@@ -159,7 +164,8 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
     of one special value, an all-equal row; behind a boolean, specials at up to three drawn
     places anywhere (SPECIALS: NaN of either sign or with a payload, +-inf, +-0.0, subnormals,
     the dtype's extremes); with `bulk_rows` (GPU sizes), 0 or that many more rows of the same
-    kind, each with its own hazard (bulk_rows); then a layout (gaps hold NaN). A third of the
+    kind, each with its own hazard (bulk_rows), built on `device` (generation_device); then a layout
+    (gaps hold NaN). A third of the
     cases are in the judge's form (judge_forms): float32, contiguous, N up to 1024, k up to 32.
     Shrinks toward: the judge's form, min_rows (then one row; at least one in that form), N = 1,
     k = 1, float32 (bf16 outside that form), the judge's randperm values, no hazard, no specials,
@@ -181,8 +187,10 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
                                   f"max_rows={max_rows}, max_cols={max_cols}, max_k={max_k}, dtypes={dtypes}")
     if any(n < 1 for n in bulk_rows):
         raise InvalidArgument(f"gate_topk_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
+    if device not in ("cpu", "cuda"):
+        raise InvalidArgument(f"gate_topk_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _gate_topk_cases(min_rows, max_rows, max_cols, max_k, tuple(dtypes), tuple(structure_pool),
-                            tuple(bulk_rows))
+                            tuple(bulk_rows), generation_device(device))
 
 
 @st.composite
@@ -209,7 +217,7 @@ def _judge_structures(pool: tuple, max_k: int) -> tuple:
 
 
 @st.composite
-def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bulk_pool):
+def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bulk_pool, device):
     # A third of the cases in the judge's own form (strategies.values.judge_forms): float32, contiguous,
     # at least one row, N up to 1024, k up to 32; their values stay as nasty.
     judge_form = max_rows >= 1 and torch.float32 in dtypes and draw(judge_forms(), label="judge form?")
@@ -276,7 +284,9 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
                     label="bulk rows") if bulk_pool else 0
     drawn_features = case_features(x, k)  # of the drawn rows: the bulk is a seeded background
     if bulk:
-        x = torch.cat([x, bulk_rows(kind, bulk, N, k, seed=draw(seeds(), label="bulk_seed"), scale=scale, dtype=dtype)])
+        more = bulk_rows(kind, bulk, N, k, seed=draw(seeds(), label="bulk_seed"), scale=scale, dtype=dtype,
+                         device=device)
+        x = torch.cat([x.to(more.device), more])
         drawn_features.discard("M=0")
 
     if layout is None:

@@ -20,7 +20,7 @@ from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (JUDGE_FORM, MAGNITUDES, FLOAT_DTYPES, Layout, background, bulk_row_counts,
                                hostile_sizes, judge_forms, layouts, magnitudes, mostly_from, next_in_dtype, place,
-                               GPU_EXPLORE_ONE_IN, seed_bulk, seed_layout, seeds, sometimes, special_tensor, specials_in_rows, steps_in_dtype)
+                               GPU_EXPLORE_ONE_IN, generation_device, seed_bulk, seed_layout, seeds, sometimes, special_tensor, specials_in_rows, steps_in_dtype)
 
 OP = "moe_fused_gate"
 
@@ -56,7 +56,7 @@ SIZES = {
     # Besides its drawn rows a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to
     # BULK_ELEMENTS scores), each with its own value kind and hazard (bulk_rows below).
     "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16,
-                 structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384)),
+                 structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384), device="cuda"),
 }
 BULK_ELEMENTS = 1 << 22
 
@@ -188,25 +188,26 @@ def activations32(scores: torch.Tensor, scoring_func: str, softcap: float) -> to
 
 
 def make_scores(kind: str, shape: tuple[int, int], *, groups: int, seed: int, scale: float,
-                dtype: torch.dtype) -> torch.Tensor:
-    """The bulk of scores [M, N] for a SCORE_KINDS kind, from a seeded CPU generator."""
+                dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """The bulk of scores [M, N] for a SCORE_KINDS kind, from a generator seeded on `device` (the
+    same seed gives other values on another device type)."""
     M, N = shape
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     if kind == "judge":
-        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+        return torch.randn(shape, generator=gen, dtype=torch.float32, device=device).to(dtype)
     if kind == "scaled":
-        return background(shape, seed=seed, scale=scale, dtype=dtype)
+        return background(shape, seed=seed, scale=scale, dtype=dtype, device=device)
     if kind == "integers":
-        return torch.randint(-3, 4, shape, generator=gen).to(dtype)
+        return torch.randint(-3, 4, shape, generator=gen, device=device).to(dtype)
     if kind == "constant":
-        return torch.randn(M, 1, generator=gen).to(dtype).expand(M, N).clone()
+        return torch.randn(M, 1, generator=gen, device=device).to(dtype).expand(M, N).clone()
     if kind == "group_copies":
         per = N // groups
-        return torch.randn(M, 1, per, generator=gen).expand(M, groups, per).reshape(M, N).to(dtype)
+        return torch.randn(M, 1, per, generator=gen, device=device).expand(M, groups, per).reshape(M, N).to(dtype)
     if kind == "wide":
-        return (60 * torch.randn(shape, generator=gen)).to(dtype)
+        return (60 * torch.randn(shape, generator=gen, device=device)).to(dtype)
     if kind == "negative":
-        return (10 * torch.randn(shape, generator=gen) - 90).to(dtype)
+        return (10 * torch.randn(shape, generator=gen, device=device) - 90).to(dtype)
     raise InvalidArgument(f"make_scores: kind={kind!r}; expected one of {[k for k, _ in SCORE_KINDS]}")
 
 
@@ -228,7 +229,7 @@ def make_bias(kind: str, N: int, *, groups: int, seed: int) -> torch.Tensor:
 
 def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: int = 320, max_routed: int = 12,
                          max_shared: int = 3, max_groups: int = 16, dtypes=FLOAT_DTYPES,
-                         structure_pool=(), bulk_rows=()) -> st.SearchStrategy[Case]:
+                         structure_pool=(), bulk_rows=(), device: str = "cpu") -> st.SearchStrategy[Case]:
     """moe_fused_gate cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean); ungrouped (N a hostile
@@ -241,7 +242,7 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
     row (HAZARD_DRAWS, the group ones only with groups); behind booleans, specials anywhere in
     the scores, specials in the bias, a bias-made tie in row 0, a bf16/fp16 bias; with
     `bulk_rows` (GPU sizes), 0 or that many more rows, each with its own kind and hazard
-    (bulk_rows); then the layouts (gaps hold NaN). A share of the cases (judge_forms) is drawn in
+    (bulk_rows), built on `device` (generation_device); then the layouts (gaps hold NaN). A share of the cases (judge_forms) is drawn in
     the judge's form (feature JUDGE_FORM): structure, dtype and layouts inside the judge domain
     (of the pool only the entries inside it), the values, hazards and specials as nasty as in
     the rest. Shrinks toward: the judge's form, min_rows, ungrouped, N = 1 (2 in the judge's
@@ -267,8 +268,10 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
         _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
     if any(n < 1 for n in bulk_rows):
         raise InvalidArgument(f"moe_fused_gate_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
+    if device not in ("cpu", "cuda"):
+        raise InvalidArgument(f"moe_fused_gate_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes),
-                                 tuple(structure_pool), tuple(bulk_rows))
+                                 tuple(structure_pool), tuple(bulk_rows), generation_device(device))
 
 
 def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
@@ -290,7 +293,7 @@ def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_sha
 
 @st.composite
 def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, pool,
-                          bulk_pool):
+                          bulk_pool, device):
     # Cases in the judge's own form (strategies.values.judge_forms), where the sizes allow one: a
     # structure inside the judge domain (from the pool's entries inside it, or drawn so),
     # contiguous scores and a contiguous float32 bias; values and hazards stay as nasty.
@@ -316,7 +319,7 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
                    routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
                    moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
     return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype, bulk_pool,
-                        judge_form, preset))
+                        judge_form, preset, device))
 
 
 def _max_bulk(M: int, N: int, judge_form: bool) -> int:
@@ -412,7 +415,8 @@ def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_share
 
 
 @st.composite
-def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool, judge_form, preset=None):
+def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool, judge_form, preset=None,
+            device="cpu"):
     """The values of a case whose structure is drawn: scores row by row, the bias, the hazards,
     the specials, the bulk rows and the layouts. In the judge's form the bias stays float32, both
     layouts contiguous and the bulk within the judge's rows; the values are drawn as in any case."""
@@ -457,8 +461,9 @@ def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_p
                     label="bulk rows") if bulk_pool and max_bulk >= 1 else 0
     drawn_features = case_features(scores, bias, options)  # of the drawn rows: the bulk is a seeded background
     if bulk:
-        scores = torch.cat([scores, bulk_rows(bulk, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring=scoring,
-                                              softcap=softcap, seed=draw(seeds(), label="bulk_seed"), dtype=dtype)])
+        more = bulk_rows(bulk, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring=scoring, softcap=softcap,
+                         seed=draw(seeds(), label="bulk_seed"), dtype=dtype, device=device)
+        scores = torch.cat([scores.to(more.device), more])
         drawn_features.discard("M=0")
 
     if preset is not None:
@@ -562,7 +567,7 @@ def _row_hazard(draw, scores, bias, m, *, G, per, tg, KR, dtype, scoring, softca
 
 
 def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias: torch.Tensor, scoring: str,
-              softcap: float, seed: int, dtype: torch.dtype) -> torch.Tensor:
+              softcap: float, seed: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
     """B more score rows [B, N] for a case's structure and bias, each of its own value kind
     (SCORE_DRAWS) and magnitude and with one hazard (HAZARD_DRAWS, as _row_hazard gives a drawn
     row), all from one seed with tensor ops. Ranks are the reference's selection order: float32
@@ -580,47 +585,47 @@ def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias
     (a tie of scores only). Left out: equal_max at the group boundary (it rewrites a dropped
     group from a kept one's best and worst experts, copying their bias)."""
     if B == 0:
-        return torch.empty(0, N, dtype=dtype)
+        return torch.empty(0, N, dtype=dtype, device=device)
     G = groups
     per = N // G if G > 1 else N
-    gen = torch.Generator().manual_seed(seed)
-    rows, lane = torch.arange(B), torch.arange(N)[None, :]
+    gen = torch.Generator(device=device).manual_seed(seed)
+    rows, lane = torch.arange(B, device=device), torch.arange(N, device=device)[None, :]
 
     # each row's value kind and magnitude; make_scores once per kind (per magnitude for "scaled")
     draws = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")
     kinds = tuple(dict.fromkeys(draws))
-    kind_of = torch.tensor([kinds.index(k) for k in draws])[torch.randint(0, len(draws), (B,), generator=gen)]
-    scale_of = torch.randint(0, len(MAGNITUDES), (B,), generator=gen)
-    x = torch.empty(B, N, dtype=dtype)
+    kind_of = torch.tensor([kinds.index(k) for k in draws], device=device)[torch.randint(0, len(draws), (B,), generator=gen, device=device)]
+    scale_of = torch.randint(0, len(MAGNITUDES), (B,), generator=gen, device=device)
+    x = torch.empty(B, N, dtype=dtype, device=device)
     for k, kind in enumerate(kinds):
         for j, scale in enumerate(MAGNITUDES if kind == "scaled" else (1.0,)):
             mine = (kind_of == k) & (scale_of == j) if kind == "scaled" else kind_of == k
             if bool(mine.any()):
                 x[mine] = make_scores(kind, (int(mine.sum()), N), groups=G, seed=seed + 1 + 8 * k + j, scale=scale,
-                                      dtype=dtype)
+                                      dtype=dtype, device=device)
 
     draws = HAZARD_DRAWS if G > 1 else UNGROUPED_HAZARDS
-    hazard = torch.tensor([ROW_HAZARDS.index(h) for h in draws])[torch.randint(0, len(draws), (B,), generator=gen)]
+    hazard = torch.tensor([ROW_HAZARDS.index(h) for h in draws], device=device)[torch.randint(0, len(draws), (B,), generator=gen, device=device)]
 
     def rows_of(name):
         """The rows (indices) whose hazard is `name`: each hazard works on its own rows only."""
         return rows[hazard == ROW_HAZARDS.index(name)]
 
     # the selection order: torch.topk ranks NaN above everything; a dropped group's experts are -inf
-    b = bias.float()
+    b = bias.float().to(device)
     sel_key = (activations32(x, scoring, softcap) + b[None, :]).nan_to_num(nan=math.inf)
-    kept_lane = torch.ones(B, N, dtype=torch.bool)
+    kept_lane = torch.ones(B, N, dtype=torch.bool, device=device)
     if G > 1:
         group_score = torch.topk(sel_key.view(B, G, per), 2, dim=-1).values.sum(-1)
         group_order = torch.sort(group_score.nan_to_num(nan=math.inf), dim=-1, descending=True, stable=True).indices
-        kept_lane = torch.zeros(B, G, dtype=torch.bool).scatter_(1, group_order[:, :topk_group], True)
+        kept_lane = torch.zeros(B, G, dtype=torch.bool, device=device).scatter_(1, group_order[:, :topk_group], True)
         kept_lane = kept_lane.repeat_interleave(per, dim=1)
     key = sel_key.masked_fill(~kept_lane, -math.inf)
 
     def ranked(r):
         """Rows r's lane at each rank and rank of each lane, [len(r), N]."""
         order = torch.sort(key[r], dim=-1, descending=True, stable=True).indices
-        return order, torch.empty_like(order).scatter_(1, order, torch.arange(N).expand_as(order).contiguous())
+        return order, torch.empty_like(order).scatter_(1, order, torch.arange(N, device=device).expand_as(order).contiguous())
 
     # ties and near ties: an anchor at a rank inside the routed slots and the kept experts (the
     # boundary in half the rows); its score goes to kept lanes ranked below it, those of its own
@@ -630,8 +635,8 @@ def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias
     def anchor_and_lanes(r):
         order, rank_of = ranked(r)
         n = len(r)
-        rank = torch.where(torch.rand(n, generator=gen) < 0.5, top - 1, torch.randint(0, top, (n,), generator=gen))
-        anchor = order[torch.arange(n), rank]
+        rank = torch.where(torch.rand(n, generator=gen, device=device) < 0.5, top - 1, torch.randint(0, top, (n,), generator=gen, device=device))
+        anchor = order[torch.arange(n, device=device), rank]
         same_bias = b[None, :] == b[anchor][:, None]
         other = kept_lane[r] & (lane != anchor[:, None])
         below = kept_lane[r] & (rank_of > rank[:, None])
@@ -640,16 +645,16 @@ def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias
     r = rows_of("ties")
     anchor, lanes = anchor_and_lanes(r)
     score = x[r, anchor]
-    copies = torch.randint(1, 4, (len(r),), generator=gen)
+    copies = torch.randint(1, 4, (len(r),), generator=gen, device=device)
     for j in range(3):
         pick, ok = _pick_lane(lanes, gen)
         mine = ok & (copies > j)
         x[r[mine], pick[mine]] = score[mine]
-        lanes[torch.arange(len(r)), pick] = False     # distinct lanes
+        lanes[torch.arange(len(r), device=device), pick] = False     # distinct lanes
     r = rows_of("near_tie")
     anchor, lanes = anchor_and_lanes(r)
     pick, ok = _pick_lane(lanes, gen)
-    up = torch.rand(len(r), generator=gen) < 0.5
+    up = torch.rand(len(r), generator=gen, device=device) < 0.5
     x[r[ok], pick[ok]] = steps_in_dtype(x[r, anchor], up)[ok]
 
     specials_in_rows(x, hazard == ROW_HAZARDS.index("nan"), ("nan", "-nan"), gen)
@@ -659,9 +664,9 @@ def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias
         # the rows in the group of the row's best
         r = rows_of("equal_max")
         n = len(r)
-        g = torch.where(torch.rand(n, generator=gen) < 0.5, key[r].argmax(-1) // per,
-                        torch.randint(0, G, (n,), generator=gen))
-        best = g * per + sel_key[r].view(n, G, per)[torch.arange(n), g].argmax(-1)
+        g = torch.where(torch.rand(n, generator=gen, device=device) < 0.5, key[r].argmax(-1) // per,
+                        torch.randint(0, G, (n,), generator=gen, device=device))
+        best = g * per + sel_key[r].view(n, G, per)[torch.arange(n, device=device), g].argmax(-1)
         second = (lane // per == g[:, None]) & (lane != best[:, None])
         pick, ok = _pick_lane(_first_nonempty(second & (b[None, :] == b[best][:, None]), second), gen)
         x[r[ok], pick[ok]] = x[r[ok], best[ok]]
@@ -671,33 +676,33 @@ def bulk_rows(B: int, N: int, *, groups: int, topk_group: int, routed: int, bias
         # those instead, so the group scores tie exactly
         r = rows_of("group_tie")
         n = len(r)
-        a = torch.randint(0, G, (n,), generator=gen)
-        c = (a + torch.randint(1, G, (n,), generator=gen)) % G
+        a = torch.randint(0, G, (n,), generator=gen, device=device)
+        c = (a + torch.randint(1, G, (n,), generator=gen, device=device)) % G
         if topk_group < G:
-            boundary = torch.rand(n, generator=gen) < 0.5
+            boundary = torch.rand(n, generator=gen, device=device) < 0.5
             a = torch.where(boundary, group_order[r, topk_group - 1], a)
             c = torch.where(boundary, group_order[r, topk_group], c)
         group_bias = b.view(G, per)
-        equal_groups = (group_bias[:, None, :] == group_bias[None, :, :]).all(-1) & ~torch.eye(G, dtype=torch.bool)
+        equal_groups = (group_bias[:, None, :] == group_bias[None, :, :]).all(-1) & ~torch.eye(G, dtype=torch.bool, device=device)
         pairs = equal_groups.nonzero()
         if len(pairs):
-            pair = pairs[torch.randint(0, len(pairs), (n,), generator=gen)]
+            pair = pairs[torch.randint(0, len(pairs), (n,), generator=gen, device=device)]
             unequal = ~equal_groups[a, c]
             a, c = torch.where(unequal, pair[:, 0], a), torch.where(unequal, pair[:, 1], c)
         x3 = x.view(B, G, per)
         x3[r, c] = x3[r, a]
 
     r = rows_of("floor")
-    floors = torch.stack([_floor_value(name, dtype) for name in FLOORS])
-    floor = floors[torch.randint(0, len(FLOORS), (len(r),), generator=gen)]
-    floor_rank = torch.randint(0, max(min(routed, N - 1), 0) + 1, (len(r),), generator=gen)
+    floors = torch.stack([_floor_value(name, dtype) for name in FLOORS]).to(device)
+    floor = floors[torch.randint(0, len(FLOORS), (len(r),), generator=gen, device=device)]
+    floor_rank = torch.randint(0, max(min(routed, N - 1), 0) + 1, (len(r),), generator=gen, device=device)
     x[r] = torch.where(ranked(r)[1] >= floor_rank[:, None], floor[:, None], x[r])
 
     r = rows_of("run")
-    specials = torch.stack([special_tensor(name, dtype) for name in SPECIALS])
-    start = torch.randint(0, N, (len(r),), generator=gen)
-    end = start + 1 + (torch.rand(len(r), generator=gen) * (N - start)).long()
-    value = specials[torch.randint(0, len(SPECIALS), (len(r),), generator=gen)]
+    specials = torch.stack([special_tensor(name, dtype) for name in SPECIALS]).to(device)
+    start = torch.randint(0, N, (len(r),), generator=gen, device=device)
+    end = start + 1 + (torch.rand(len(r), generator=gen, device=device) * (N - start)).long()
+    value = specials[torch.randint(0, len(SPECIALS), (len(r),), generator=gen, device=device)]
     x[r] = torch.where((lane >= start[:, None]) & (lane < end[:, None]), value[:, None], x[r])
 
     r = rows_of("all_equal")
@@ -715,7 +720,7 @@ def _first_nonempty(*masks: torch.Tensor) -> torch.Tensor:
 
 def _pick_lane(mask: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """A lane of each row of `mask` [B, N], uniformly among those it holds; and whether it holds any."""
-    keys = torch.rand(mask.shape, generator=gen).masked_fill_(~mask, -1.0)
+    keys = torch.rand(mask.shape, generator=gen, device=gen.device).masked_fill_(~mask, -1.0)
     best = keys.max(dim=-1)
     return best.indices, best.values >= 0
 

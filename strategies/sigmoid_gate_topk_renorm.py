@@ -16,7 +16,7 @@ from strategies.case import Case
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, SPECIAL_NAMES, Layout, apply_overrides, background,
                                GPU_EXPLORE_ONE_IN, bulk_row_counts, hostile_sizes, judge_forms, layouts, magnitudes,
-                               mostly_from, place, seed_bulk, seed_layout, seeds, sparse_overrides, special_values, specials_in_rows, tie_rows)
+                               mostly_from, place, seed_bulk, generation_device, seed_layout, seeds, sparse_overrides, special_values, specials_in_rows, tie_rows)
 
 OP = "sigmoid_gate_topk_renorm"
 
@@ -30,7 +30,7 @@ SIZES = {
     # a new one, and a kernel compiles once for each. Besides its drawn tokens a GPU case carries a bulk of rows
     # (0 or a count of bulk_rows, up to BULK_ELEMENTS logits), each with its own hazard (bulk_rows below).
     "cuda": dict(max_tokens=300, max_experts=1024, max_shared=8, max_k=64, structure_pool=None,
-                 bulk_rows=(2048, 16384)),
+                 bulk_rows=(2048, 16384), device="cuda"),
 }
 # (T, N, S, k, dtype) a GPU run mostly reuses: the judge's shapes (one token: decode), DeepSeek-V3's
 # 256 experts with k = 8, Kimi K2's 384, then hostile ones: a prime N, k = N, a tail in float32,
@@ -99,7 +99,7 @@ def make_global_scale(form: str, value: float) -> torch.Tensor:
 
 
 def bulk_rows(B: int, N: int, S: int, k: int, *, bias: torch.Tensor, seed: int, scale: float,
-              dtype: torch.dtype) -> torch.Tensor:
+              dtype: torch.dtype, device="cpu") -> torch.Tensor:
     """B more logits rows [B, N + S] (background of `scale`), each with one hazard of ROW_HAZARDS
     as the drawn tokens get them (_sigmoid_gate_topk_renorm_cases), all from one seeded generator
     with tensor ops: all routed lanes equal; a tie, the logit of the lane at a rank r < k of the
@@ -107,25 +107,28 @@ def bulk_rows(B: int, N: int, S: int, k: int, *, bias: torch.Tensor, seed: int, 
     r = k - 1); a near tie, such a logit one ulp of the dtype up or down; NaN or +-inf at a routed
     lane; up to three SPECIAL_NAMES anywhere in the row. The bias is shared by every row, so a
     copied logit is an exact score tie only where the two lanes' biases are equal (the zero and
-    constant bias kinds); elsewhere it is a near tie as close as the biases are."""
-    x = background((B, N + S), seed=seed, scale=scale, dtype=dtype)
+    constant bias kinds); elsewhere it is a near tie as close as the biases are. Built on `device`:
+    on the host, the sort of a GPU case's bulk was most of its draw (0.29 s an example on a 2-core
+    CPU, 2026-12-06)."""
+    x = background((B, N + S), seed=seed, scale=scale, dtype=dtype, device=device)
     if B == 0:
         return x
-    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
-    hazard = torch.randint(0, len(ROW_HAZARDS), (B,), generator=gen)
-    rows = torch.arange(B)
+    gen = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
+    hazard = torch.randint(0, len(ROW_HAZARDS), (B,), generator=gen, device=device)
+    rows = torch.arange(B, device=device)
 
     def rows_of(name):
         return hazard == ROW_HAZARDS.index(name)
 
     if N > 1:   # one routed lane has nothing to tie with
-        sel = torch.sigmoid(x[:, :N].float()) + bias
+        sel = torch.sigmoid(x[:, :N].float()) + bias.to(device)
         order = torch.sort(sel, dim=-1, descending=True, stable=True).indices       # [B, N]: the lane at each rank
         tie_rows(x[:, :N], order, k, ties=rows_of("ties"), near_ties=rows_of("near_tie"), gen=gen)
 
-    routed_specials = torch.tensor(ROUTED_SPECIALS, dtype=dtype)
-    lanes, mine = torch.randint(0, N, (B,), generator=gen), rows_of("special_routed")
-    x[rows[mine], lanes[mine]] = routed_specials[torch.randint(0, len(ROUTED_SPECIALS), (B,), generator=gen)][mine]
+    routed_specials = torch.tensor(ROUTED_SPECIALS, dtype=dtype, device=device)
+    lanes, mine = torch.randint(0, N, (B,), generator=gen, device=device), rows_of("special_routed")
+    picks = torch.randint(0, len(ROUTED_SPECIALS), (B,), generator=gen, device=device)
+    x[rows[mine], lanes[mine]] = routed_specials[picks][mine]
     specials_in_rows(x, rows_of("specials"), SPECIAL_NAMES, gen)
     x[:, :N] = torch.where(rows_of("all_equal")[:, None], x[:, :1], x[:, :N])
     return x
@@ -146,7 +149,7 @@ def build_case(*, logits, k, n_shared_experts, bias, route_scale=1.0, global_sca
 def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_experts: int = 260,
                                    max_shared: int = 4, max_k: int = 16,
                                    dtypes=FLOAT_DTYPES, structure_pool: tuple = (),
-                                   bulk_rows: tuple = ()) -> st.SearchStrategy[Case]:
+                                   bulk_rows: tuple = (), device: str = "cpu") -> st.SearchStrategy[Case]:
     """sigmoid_gate_topk_renorm cases.
 
     Structure is drawn explicitly: T, N (hostile sizes: 1, primes, 31/32/33, 127/128/129,
@@ -154,7 +157,8 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
     a boolean: exact ties (one logit and its bias copied to other lanes, inside the top k or
     straddling its boundary), bias-made ties, near ties one float32 ulp apart in sel, all-equal
     rows, NaN / ±inf / ±0 / subnormal / dtype-max overrides; with `bulk_rows` (GPU sizes), 0 or
-    that many more tokens, each with its own hazard (bulk_rows); then the bias kind, the scales
+    that many more tokens, each with its own hazard (bulk_rows), built on `device` (generation_device);
+    then the bias kind, the scales
     and a layout. A third of the cases are in the judge's form (judge_forms): bf16, contiguous,
     1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor. Shrinks toward:
     the judge's form, min_tokens (then one token; at least one in that form), N = 1, S = 1 (0
@@ -185,8 +189,11 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
     experts = hostile_sizes(max_value=max_experts)
     judge_experts = experts.filter(lambda n: n <= JUDGE_MAX_EXPERTS)
+    if device not in ("cpu", "cuda"):
+        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, judge_experts, max_shared, max_k,
-                                           tuple(dtypes), tuple(structure_pool), tuple(bulk_rows))
+                                           tuple(dtypes), tuple(structure_pool), tuple(bulk_rows),
+                                           generation_device(device))
 
 
 def _in_judge_form(T, N, S, k, dtype) -> bool:
@@ -225,7 +232,7 @@ def _gpu_structure(draw, structure, bulk_pool, judge_form):
 
 @st.composite
 def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, judge_experts, max_shared, max_k, dtypes,
-                                    pool, bulk_pool):
+                                    pool, bulk_pool, device):
     # A third of the cases in the judge's own form (strategies.values.judge_forms): bf16 logits,
     # contiguous, 1 to 8 shared experts, k up to 16, N up to 512, global_scale a 0-dim tensor on
     # the device, at least one token; their values stay as nasty.
@@ -285,8 +292,9 @@ def _sigmoid_gate_topk_renorm_cases(draw, min_tokens, max_tokens, experts, judge
                                     drawn_rows=T), label="bulk rows") if bulk_pool else 0
     drawn_features = case_features(logits, bias, k, S)  # of the drawn rows: the bulk is a seeded background
     if bulk:
-        logits = torch.cat([logits, bulk_rows(bulk, N, S, k, bias=bias, seed=draw(seeds(), label="bulk_seed"),
-                                              scale=scale, dtype=dtype)])
+        more = bulk_rows(bulk, N, S, k, bias=bias, seed=draw(seeds(), label="bulk_seed"), scale=scale, dtype=dtype,
+                         device=device)
+        logits = torch.cat([logits.to(more.device), more])
         drawn_features.discard("T=0")
 
     if layout is None:

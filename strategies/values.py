@@ -306,7 +306,7 @@ def steps_in_dtype(values: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     bits = values.view(ints).int()
     away = up == (values > 0)                     # a larger magnitude: the next integer of the bits
     stepped = (bits + torch.where(away, 1, -1)).to(ints).view(values.dtype)
-    tiny = torch.tensor(1, dtype=ints).view(values.dtype)
+    tiny = torch.tensor(1, dtype=ints, device=values.device).view(values.dtype)
     stepped = torch.where(values == 0, torch.where(up, tiny, -tiny), stepped)
     return torch.where(values.isfinite(), stepped, values)
 
@@ -321,20 +321,21 @@ def tie_rows(x: torch.Tensor, order: torch.Tensor, k: int, *, ties: torch.Tensor
     B, N = x.shape
     if B == 0 or N < 2:
         return
-    rows = torch.arange(B)
-    at_boundary = (torch.rand(B, generator=gen) < 0.5) & (k < N)
-    anchor_rank = torch.where(at_boundary, k - 1, torch.randint(0, k, (B,), generator=gen))
+    dev = gen.device
+    rows = torch.arange(B, device=dev)
+    at_boundary = (torch.rand(B, generator=gen, device=dev) < 0.5) & (k < N)
+    anchor_rank = torch.where(at_boundary, k - 1, torch.randint(0, k, (B,), generator=gen, device=dev))
     anchor = x[rows, order[rows, anchor_rank]].clone()
 
     def partner():
-        below = torch.randint(min(k, N - 1), N, (B,), generator=gen)
-        other = torch.randint(0, N - 1, (B,), generator=gen)
+        below = torch.randint(min(k, N - 1), N, (B,), generator=gen, device=dev)
+        other = torch.randint(0, N - 1, (B,), generator=gen, device=dev)
         other = other + (other >= anchor_rank).long()                  # any rank but the anchor's
         return order[rows, torch.where(at_boundary, below, other)]
 
-    copies = torch.randint(1, 4, (B,), generator=gen)
+    copies = torch.randint(1, 4, (B,), generator=gen, device=dev)
     for j in range(3):
         lanes, mine = partner(), ties & (copies > j)
         x[rows[mine], lanes[mine]] = anchor[mine]
-    lanes, up = partner(), torch.rand(B, generator=gen) < 0.5
+    lanes, up = partner(), torch.rand(B, generator=gen, device=dev) < 0.5
     x[rows[near_ties], lanes[near_ties]] = steps_in_dtype(anchor, up)[near_ties]

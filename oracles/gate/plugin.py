@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 from hypothesis import settings
 from hypothesis.errors import InvalidArgument
 
@@ -30,7 +31,7 @@ from oracles.harness.inflight import inflight_dir
 from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,
                                     limit_bytes, process_limit)
 from oracles.ops import OPS
-from oracles.platform.device import gpu_available, interpreted, suite_device
+from oracles.platform.device import gpu_available, gpu_lock_path, interpreted, suite_device
 from oracles.submission.loader import IMPORT_PROBE_TIMEOUT_S, KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option
 from strategies.case import BEYOND_INT32
 from strategies.fixtures import DEFAULT_REGRESSIONS_DIR
@@ -440,7 +441,14 @@ def beyond_int32(request, run_options):
         free, _ = torch.cuda.mem_get_info()
         if free < n:
             pytest.skip(f"beyond-2^31-element case: needs {n / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
-    return need_bytes
+    # One such case at a time on a GPU, across every process of the machine, and its memory given
+    # back before the next: each holds 9-13 GiB, and on an H100 (2026-12-06, the native suite on 16
+    # workers) two of them beside two caching allocators still holding 7 GiB left other tests'
+    # small allocations out of memory. The lock is a flock: a worker killed mid-case releases it.
+    with FileLock(gpu_lock_path("beyond-int32")):
+        yield need_bytes
+        torch.cuda.empty_cache()
+
 
 @pytest.fixture
 def shard() -> int:

@@ -10,6 +10,8 @@ the chip under test.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -38,3 +40,10 @@ def decide_platform() -> None:
     elif gpu_available():
         from oracles.platform.interpreter import sample_autotuning_on_gpu
         sample_autotuning_on_gpu()
+
+
+def gpu_lock_path(name: str) -> Path:
+    """A lock file naming the current GPU by its UUID (a device index depends on each process's
+    CUDA_VISIBLE_DEVICES): the processes of one machine that share that GPU share the lock."""
+    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    return Path(tempfile.gettempdir()) / f"tritonfuzz-gpu-{uuid}-{name}.lock"

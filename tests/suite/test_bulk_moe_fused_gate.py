@@ -18,16 +18,18 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 @pytest.mark.parametrize("G, N, tg, KR, dtype", [(8, 64, 3, 6, torch.bfloat16), (1, 33, 1, 4, torch.float32),
                                                  (5, 85, 2, 5, torch.float16)])
-def test_bulk_rows_have_the_shape_dtype_and_kinds_and_follow_the_seed(G, N, tg, KR, dtype):
+def test_bulk_rows_have_the_shape_dtype_and_kinds_and_follow_the_seed(G, N, tg, KR, dtype, device):
     """[B, N] in the scores' dtype, the same bits from the same seed, other values from another
-    seed, and rows of several value kinds (integers, constant rows, 60 randn)."""
+    seed, and rows of several value kinds (integers, constant rows, 60 randn); built where the
+    kernel runs (on a GPU in the GPU sizes): on every device here."""
     bias = make_bias("judge", N, groups=G, seed=3)
 
     def build(B, seed):
         return bulk_rows(B, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring="softmax", softcap=5.0,
-                         seed=seed, dtype=dtype)
+                         seed=seed, dtype=dtype, device=device).cpu()
 
     x = build(400, 7)
     assert x.shape == (400, N) and x.dtype == dtype
@@ -54,8 +56,8 @@ def _reference_order(x, bias, G, tg):
     return sel, sel.masked_fill(~kept.repeat_interleave(per, 1), -math.inf), order.values
 
 
-def _continuous_scores(kind, shape, *, groups, seed, scale, dtype):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+def _continuous_scores(kind, shape, *, groups, seed, scale, dtype, device="cpu"):
+    return torch.randn(shape, generator=torch.Generator(device=device).manual_seed(seed), device=device).to(dtype)
 
 
 def _plain(v: torch.Tensor) -> torch.Tensor:

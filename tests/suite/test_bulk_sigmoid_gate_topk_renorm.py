@@ -36,11 +36,15 @@ def test_bulk_rows_shape_dtype_and_determinism_from_the_seed(dtype):
     assert bulk_rows(50, 1, 0, 1, bias=bias[:1], seed=7, scale=1.0, dtype=dtype).shape == (50, 1)
 
 
-def test_every_bulk_hazard_shows_in_the_values():
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_every_bulk_hazard_shows_in_the_values(device):
     """float32 randn has no equal or one-ulp-apart logits of its own: those, and the non-finite and
-    special values, come from the hazards. A zero bias makes a copied logit an exact score tie."""
+    special values, come from the hazards. A zero bias makes a copied logit an exact score tie. The
+    bulk is built where the kernel runs (on a GPU in the GPU sizes): on every device here."""
     B, seeds, bias = 300, range(3), torch.zeros(N)
-    xs = [bulk_rows(B, N, S, K, bias=bias, seed=s, scale=1.0, dtype=torch.float32) for s in seeds]
+    xs = [bulk_rows(B, N, S, K, bias=bias, seed=s, scale=1.0, dtype=torch.float32, device=device) for s in seeds]
+    assert all(x.device.type == device for x in xs)
+    xs = [x.cpu() for x in xs]
     x = torch.cat(xs)
     routed = x[:, :N]
     assert bool((routed == routed[:, :1]).all(-1).any()), "no all-equal row"
