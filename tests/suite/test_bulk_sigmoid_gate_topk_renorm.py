@@ -61,7 +61,8 @@ def test_every_bulk_hazard_shows_in_the_values(device):
     assert int(one_ulp.any(-1).sum()) >= 10, "few near-tie rows"
     assert {"ties", "boundary_tie", "near_tie"} <= case_features(x, bias, K, S)
     # "none" is one hazard of six: about a sixth of the rows are the background itself.
-    untouched = sum(int((_bits(xb) == _bits(background((B, N + S), seed=s, scale=1.0, dtype=torch.float32)))
+    untouched = sum(int((_bits(xb) == _bits(background((B, N + S), seed=s, scale=1.0, dtype=torch.float32,
+                                                       device=device).cpu()))
                         .all(-1).sum()) for s, xb in zip(seeds, xs))
     assert 0.08 * len(x) < untouched < 0.3 * len(x), untouched
 
