@@ -121,6 +121,8 @@ ROW_HAZARDS = ("none", "ties", "near_tie", "nan", "equal_max", "group_tie", "flo
 # there are groups (three times as often there).
 HAZARD_DRAWS = ROW_HAZARDS + ("nan", "equal_max", "floor", "ties", "equal_max", "group_tie")
 UNGROUPED_HAZARDS = tuple(h for h in HAZARD_DRAWS if h not in ("equal_max", "group_tie"))
+# The hazards that rank the row's experts (sel and its order) before they change it.
+RANKED_HAZARDS = ("ties", "near_tie", "equal_max", "group_tie", "floor")
 # Scores a kernel may use as a sentinel, or that underflow an activation, for the floors.
 FLOORS = ("-inf", "-max", "-1e4", "0.0")
 SPECIALS = ("nan", "-nan", "inf", "-inf", "-0.0", "0.0", "subnormal", "max", "-max")
@@ -503,8 +505,9 @@ def _row_hazard(draw, scores, bias, m, *, G, per, tg, KR, dtype, scoring, softca
     N = scores.shape[1]
     hazard = draw(st.sampled_from(HAZARD_DRAWS if G > 1 else UNGROUPED_HAZARDS), label=f"row {m} hazard")
     row = scores[m]
-    sel = (activations32(row[None], scoring, softcap)[0] + bias.float()).double()
-    order = torch.sort(sel.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
+    if hazard in RANKED_HAZARDS:  # only these sort the row: a GPU case has up to 300 drawn rows
+        sel = (activations32(row[None], scoring, softcap)[0] + bias.float()).double()
+        order = torch.sort(sel.nan_to_num(nan=math.inf), descending=True, stable=True).indices.tolist()
     if hazard == "ties" and N > 1:
         # the expert at a drawn rank copied to other experts: at rank KR - 1 onto experts below
         # it, so the tie straddles the routed slots' boundary
