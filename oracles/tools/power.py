@@ -38,6 +38,7 @@ decide_platform()
 import argparse  # noqa: E402
 import os  # noqa: E402
 import contextlib  # noqa: E402
+import faulthandler  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import shutil  # noqa: E402
@@ -70,6 +71,10 @@ MUTANTS_ROOT = ROOT / "tests" / "mutants"
 PHASES = ("property", "judge", "kernelbench")
 KERNELBENCH_TRIALS = 5
 KERNELBENCH_SEED = 42  # KernelBench draws its trial seeds from a generator seeded 42
+# A child that runs into its timeout dumps its Python stacks this long before (faulthandler): on an
+# H100 (2026-12-06) two moe mutants' children sat in one case for 130 s and said nothing of where.
+STACKS_BEFORE_TIMEOUT_S = 5.0
+STACKS_TAIL_CHARS = 6000
 
 
 def device() -> str:
@@ -443,14 +448,17 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
                    "--shrink-budget", str(shrink_budget_s), "--minimize-budget", str(minimize_budget_s)]
             if fixtures_dir is not None:
                 cmd += ["--fixtures-dir", str(fixtures_dir)]
+            # Where a child that will time out is stuck: its Python stacks, on stderr, before the kill.
+            cmd += ["--stacks-after", str(max(timeout_s - STACKS_BEFORE_TIMEOUT_S, 1.0))]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             try:
                 proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
                 how = None if proc.returncode == 0 else (
                     f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else f"exited with code {proc.returncode}")
                 tail = (proc.stderr or "")[-1500:]
-            except subprocess.TimeoutExpired:
-                proc, how, tail = None, f"timed out after {timeout_s:g} s", ""
+            except subprocess.TimeoutExpired as e:   # its captured output is bytes, whatever `text` says
+                stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+                proc, how, tail = None, f"timed out after {timeout_s:g} s", stderr[-STACKS_TAIL_CHARS:]
             if how is None:
                 lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
                 if lines:
@@ -605,10 +613,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="FILE.py", help="only these mutant files (by name)")
     p.add_argument("--one", metavar="FILE", help=argparse.SUPPRESS)       # child mode: one file, JSON on stdout
     p.add_argument("--progress", metavar="FILE", help=argparse.SUPPRESS)  # child mode: results so far
+    p.add_argument("--stacks-after", type=float, help=argparse.SUPPRESS)  # child mode: dump stacks then
     return p
 
 
 def _child(args) -> int:
+    if args.stacks_after:
+        faulthandler.dump_traceback_later(args.stacks_after, exit=False, file=sys.stderr)
     path = Path(args.one).resolve()
     op = path.parent.name
     listed = {m.path.resolve(): m for m in manifest(op)}

@@ -75,3 +75,15 @@ def test_manifest_lists_every_mutant_file(op):
     assert not incomplete, f"tests/mutants/{op}/MANIFEST.md rows with an empty cell: {incomplete}"
     assert sum(not m.correct for m in rows) >= 15 and sum(m.correct for m in rows) >= 4, \
         f"{op}: expected at least 15 mutants and 4 correct variants, got {len(rows)} rows"
+
+
+def test_a_child_past_its_timeout_says_where_it_was():
+    """`python -m oracles.tools.power` runs each file in a child process with a timeout; a child that
+    runs into it dumps its Python stacks first, and the report carries them (a correct variant runs
+    the gate profile's 400 examples, far longer than 15 s here)."""
+    from oracles.tools.power import run_isolated
+    variant = next(m for m in manifest("gate_topk") if m.correct)
+    result = run_isolated(variant, profile="gate", phases=("property",), timeout_s=15)
+    prop = result["property"]
+    assert prop["timed_out"] and not prop["caught"], prop
+    assert "Thread 0x" in prop["error"] and 'File "' in prop["error"], prop["error"][-2000:]
