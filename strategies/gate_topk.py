@@ -164,10 +164,9 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
     of one special value, an all-equal row; behind a boolean, specials at up to three drawn
     places anywhere (SPECIALS: NaN of either sign or with a payload, +-inf, +-0.0, subnormals,
     the dtype's extremes); with `bulk_rows` (GPU sizes), 0 or that many more rows of the same
-    kind, each with its own hazard (bulk_rows), built on `device` (generation_device); then a layout
-    (gaps hold NaN). A third of the
-    cases are in the judge's form (judge_forms): float32, contiguous, N up to 1024, k up to 32.
-    Shrinks toward: the judge's form, min_rows (then one row; at least one in that form), N = 1,
+    kind, each with its own hazard (bulk_rows), built on `device` (generation_device); then a
+    layout (gaps hold NaN). A third of the cases are in the judge's form (judge_forms): float32,
+    contiguous, N up to 1024, k up to 32. Shrinks toward: the judge's form, min_rows (then one row; at least one in that form), N = 1,
     k = 1, float32 (bf16 outside that form), the judge's randperm values, no hazard, no specials,
     no bulk, contiguous.
     """
@@ -187,10 +186,8 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
                                   f"max_rows={max_rows}, max_cols={max_cols}, max_k={max_k}, dtypes={dtypes}")
     if any(n < 1 for n in bulk_rows):
         raise InvalidArgument(f"gate_topk_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
-    if device not in ("cpu", "cuda"):
-        raise InvalidArgument(f"gate_topk_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _gate_topk_cases(min_rows, max_rows, max_cols, max_k, tuple(dtypes), tuple(structure_pool),
-                            tuple(bulk_rows), generation_device(device))
+                            tuple(bulk_rows), generation_device(device, strategy="gate_topk_cases"))
 
 
 @st.composite

@@ -119,10 +119,8 @@ def hc_head_cases(*, min_tokens: int = 0, max_tokens: int = 6, max_hc_mult: int 
         raise InvalidArgument(f"hc_head_cases: bulk_tokens={bulk_tokens!r}; need counts >= 1")
     if bulk_elements < 1:
         raise InvalidArgument(f"hc_head_cases: bulk_elements={bulk_elements}; need >= 1")
-    if device not in ("cpu", "cuda"):
-        raise InvalidArgument(f"hc_head_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _hc_head_cases(min_tokens, max_tokens, max_hc_mult, max_hidden, tuple(dtypes), tuple(structure_pool),
-                          tuple(bulk_tokens), bulk_elements, generation_device(device))
+                          tuple(bulk_tokens), bulk_elements, generation_device(device, strategy="hc_head_cases"))
 
 
 def _in_judge_form(T: int, h: int, H: int, dtype) -> bool:

@@ -270,10 +270,8 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
         _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
     if any(n < 1 for n in bulk_rows):
         raise InvalidArgument(f"moe_fused_gate_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
-    if device not in ("cpu", "cuda"):
-        raise InvalidArgument(f"moe_fused_gate_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes),
-                                 tuple(structure_pool), tuple(bulk_rows), generation_device(device))
+                                 tuple(structure_pool), tuple(bulk_rows), generation_device(device, strategy="moe_fused_gate_cases"))
 
 
 def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):

@@ -189,11 +189,9 @@ def sigmoid_gate_topk_renorm_cases(*, min_tokens: int = 0, max_tokens: int = 6, 
         raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
     experts = hostile_sizes(max_value=max_experts)
     judge_experts = experts.filter(lambda n: n <= JUDGE_MAX_EXPERTS)
-    if device not in ("cpu", "cuda"):
-        raise InvalidArgument(f"sigmoid_gate_topk_renorm_cases: device={device!r}; expected 'cpu' or 'cuda'")
     return _sigmoid_gate_topk_renorm_cases(min_tokens, max_tokens, experts, judge_experts, max_shared, max_k,
                                            tuple(dtypes), tuple(structure_pool), tuple(bulk_rows),
-                                           generation_device(device))
+                                           generation_device(device, strategy="sigmoid_gate_topk_renorm_cases"))
 
 
 def _in_judge_form(T, N, S, k, dtype) -> bool:

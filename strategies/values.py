@@ -157,10 +157,13 @@ def background(shape, *, seed: int, scale: float, dtype: torch.dtype, device="cp
     return (torch.randn(shape, generator=gen, dtype=torch.float32, device=device) * scale).to(dtype)
 
 
-def generation_device(device: str) -> str:
+def generation_device(device: str, *, strategy: str) -> str:
     """Where a strategy builds its tensors: `device` ("cuda" in the GPU sizes, where building a
     case's millions of values on the host took most of its draw: 0.155 s median for hc_head,
-    H200, 2026-12-04), or the CPU where there is no GPU (the CPU tests of the GPU sizes)."""
+    H200, 2026-12-04), or the CPU where there is no GPU (the CPU tests of the GPU sizes).
+    Anything but "cpu" or "cuda" is `strategy`'s usage error."""
+    if device not in ("cpu", "cuda"):
+        raise InvalidArgument(f"{strategy}: device={device!r}; expected 'cpu' or 'cuda'")
     return device if device == "cpu" or torch.cuda.is_available() else "cpu"
 
 
