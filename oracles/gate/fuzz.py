@@ -101,6 +101,7 @@ class Fuzz:
         self.seen_failing: dict = {}  # content hash -> Failure
         self.last_progress = self.started
         self.case_seconds: list[float] = []  # how long each case took to judge, in order
+        self.failing_choices: set = set()  # the Hypothesis choices (choices_key) of each failing example
 
     def out_of_budget(self) -> bool:
         """Past --gate-budget, or a new case would likely end past it: one takes as long as the
@@ -123,14 +124,23 @@ class Fuzz:
         on: Hypothesis shrinks and replays it (check raises it again from its content hash).
         Before any case was judged they go on too: a first example that ends so fails Hypothesis's
         health check (large_base_example), and then the test. So does Hypothesis's simplest example,
-        which it runs after replaying its database (simplest_example)."""
+        which it runs after replaying its database (simplest_example).
+
+        With a failure found, past the budget, only the replays of a failure draw (the one that
+        starts shrinking, replays_a_failure, and the final one): every other shrink candidate and
+        the search for more bugs (10 s after the first) end as overruns. Each drew a GPU-sized
+        case only for check to pass it; Hypothesis shrinks for up to 5 minutes, and on an H100
+        (2026-12-06) a mutant caught in 3.5 s took 129 s to end, and 15 outside kernels' gates
+        ran past 200 s."""
         __tracebackhide__ = True
         # Cheapest first: every example of every property (no budget: the suite's) passes here.
-        if self.seen_failing or not self.case_seconds or not self.out_of_budget() or not currently_in_test_context():
+        if not self.case_seconds or not self.out_of_budget() or not currently_in_test_context():
             return  # no case judged yet: were the first example an overrun, Hypothesis would fail a health check
         context = current_build_context()
         if context.is_final or not hasattr(context.data, "mark_overrun") or simplest_example(context.data):
             return
+        if self.seen_failing and replays_a_failure(context.data, self.failing_choices):
+            return  # as Hypothesis starts shrinking it replays each failure: check raises it again
         self._start(implementation)
         self.tally.budget_exhausted = True
         context.data.mark_overrun()
@@ -216,6 +226,9 @@ class Fuzz:
             failure = Failure(case, implementation, verdict, self.options)
             self.node.stash.setdefault(FAILURES, {})[failure_signature(failure)] = failure
             self.seen_failing[case.content_hash()] = failure
+            key = example_choices()
+            if key is not None:
+                self.failing_choices.add(key)
             self._raise(failure)
         return verdict
 
@@ -261,6 +274,37 @@ def simplest_example(data) -> bool:
     and on an H100 (2026-12-06) three correct gate_topk kernels FAILED that way, every check passing."""
     prefix = getattr(data, "prefix", None) or ()
     return len(prefix) == 1 and getattr(prefix[0], "type", None) == "simplest"
+
+
+def example_choices():
+    """The choices the running Hypothesis example has made so far (choices_key: NaN and -0.0
+    compared by value), or None outside one. At check() the case is wholly drawn, so these are
+    the example's choices, which Hypothesis replays as the prefix of its shrink's first run."""
+    if not currently_in_test_context():
+        return None
+    choices = getattr(getattr(current_build_context(), "data", None), "choices", None)
+    return _choices_key(choices) if choices is not None else None
+
+
+def replays_a_failure(data, failing: set) -> bool:
+    """Whether `data` (a Hypothesis example about to draw) replays one of the `failing` examples'
+    choices exactly: its prefix, the choices Hypothesis hands it, is one of them."""
+    prefix = getattr(data, "prefix", None)
+    if not prefix or all(len(prefix) != len(choices) for choices in failing):
+        return False
+    key = _choices_key(prefix)
+    try:
+        return key is not None and key in failing
+    except TypeError:  # a template (the simplest example's prefix) is no choice, and unhashable
+        return False
+
+
+def _choices_key(choices):
+    from hypothesis.internal.conjecture.choice import choices_key
+    try:
+        return choices_key(tuple(choices))
+    except Exception:
+        return None
 
 
 def end_when_budget_spent(item) -> None:

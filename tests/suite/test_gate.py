@@ -603,29 +603,41 @@ def test_hypothesis_complaining_about_the_test_is_the_suites_error_not_the_kerne
     assert _suite_errors(types.SimpleNamespace(value=KernelCheckFailed("[accuracy] FAIL: ..."))) == []
 
 
-def test_a_spent_budget_still_draws_to_replay_a_failure(request, run_options, monkeypatch):
-    """With a failure found the drawn phase does not end early: Hypothesis shrinks and replays it
-    (check raises it again from its content hash), so the failure is reported, not lost. Here
-    the first example's case runs (10 s of a 25 s budget), the next fails, and the budget is
-    spent before Hypothesis has shrunk and replayed it."""
+def test_a_spent_budget_replays_a_failure_and_draws_nothing_else(request, run_options, monkeypatch):
+    """With a failure found and the budget spent, Hypothesis still replays the failure (as it
+    starts shrinking, and at the end), and check raises it again, so it is reported, not lost;
+    every other shrink candidate ends before it draws. Each drew a GPU-sized case only for check
+    to pass it, for up to Hypothesis's 5 minutes of shrinking (a mutant caught in 3.5 s ran 129 s,
+    H100, 2026-12-06). Here the first example's case runs (10 s of a 25 s budget), the next fails
+    and spends the budget; any list with a non-zero element would fail, so a shrinker allowed to
+    draw would try (and find) many smaller ones."""
     from hypothesis import given, settings, strategies as st
+    from hypothesis.control import current_build_context
+    from oracles.gate.fuzz import example_choices
     from strategies.hc_head import judge_cases
     clock, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=25.0)
     case = min(judge_cases(run_options.device), key=lambda c: c.inputs["x"].numel())
+    drawn = []
 
     @settings(max_examples=400, database=None, deadline=None, derandomize=True)
     @given(data=st.data())
     def prop(data):
         fuzz.end_if_spent(slow)
-        value = data.draw(st.integers(0, 10))
-        if value:
-            fuzz.seen_failing[value] = True  # as record() remembers a failing case
+        value = tuple(data.draw(st.lists(st.integers(0, 10), min_size=3, max_size=30)))
+        drawn.append((value, current_build_context().is_final))
+        if any(value):
+            fuzz.seen_failing[value] = True  # as record() remembers a failing case and its choices
+            fuzz.failing_choices.add(example_choices())
             clock[0] += 10.0
-            raise AssertionError("the planted failure")
+            raise AssertionError(f"the planted failure {value}")
         fuzz.check(case, slow)
 
-    with pytest.raises(AssertionError, match="the planted failure"):
+    with pytest.raises(AssertionError, match="the planted failure") as raised:
         prop()
+    first_failing = next(v for v, _ in drawn if any(v))
+    assert str(first_failing) in str(raised.value)  # not shrunk past the budget: the same case
+    after = drawn[[v for v, _ in drawn].index(first_failing) + 1:]
+    assert after and all(v == first_failing for v, _ in after) and after[-1][1], drawn  # replays only
     assert fuzz.case_seconds and fuzz.out_of_budget()  # the budget was spent while it replayed
 
 
