@@ -36,7 +36,6 @@ GPU_STRUCTURES = (
 # reaches the hostile sizes 509, 511, 513 and four column chunks of the streaming design); a GPU
 # takes model-sized rows and crosses the bundled entry's switch to streaming (N_PAD > 2048).
 # k = N is drawn only while N <= max_k.
-DRAWN_ROWS = 16
 SIZES = {
     "cpu": dict(max_rows=6, max_cols=520, max_k=16),
     # On a GPU, three cases in four take (M, N, k, dtype) from GPU_STRUCTURES (above): a kernel is
@@ -45,11 +44,8 @@ SIZES = {
     # gate_topk fuzz time on an H200, 2026-12-02); values, hazards and layouts are drawn anew.
     # Besides its drawn rows a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to
     # BULK_ELEMENTS values), each with its own hazard (bulk_rows below).
-    # Hypothesis draws the hazards of the first DRAWN_ROWS rows one by one; the rest of the M rows
-    # are seeded as the bulk is (each row of a GPU case took ~5 draws, ~0.2 ms each: a case of 105
-    # drawn rows on average spent 91 ms drawing, H100 2026-12-06).
     "cuda": dict(max_rows=300, max_cols=4200, max_k=64, structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384),
-                 max_drawn_rows=DRAWN_ROWS, device="cuda"),
+                 device="cuda"),
 }
 BULK_ELEMENTS = 1 << 22
 JUDGE_MAX_COLS, JUDGE_MAX_K = 1024, 32  # the judge domain's bounds (oracles/ops/gate_topk.py)
@@ -155,8 +151,8 @@ def build_case(*, x, k, features=(), label="") -> Case:
 
 
 def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520, max_k: int = 16,
-                    dtypes=FLOAT_DTYPES, structure_pool=(), bulk_rows=(), max_drawn_rows: int | None = None,
-                    device: str = "cpu") -> st.SearchStrategy[Case]:
+                    dtypes=FLOAT_DTYPES, structure_pool=(), bulk_rows=(), device: str = "cpu"
+                    ) -> st.SearchStrategy[Case]:
     """gate_topk cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean), N (hostile sizes: 1,
@@ -168,9 +164,7 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
     of one special value, an all-equal row; behind a boolean, specials at up to three drawn
     places anywhere (SPECIALS: NaN of either sign or with a payload, +-inf, +-0.0, subnormals,
     the dtype's extremes); with `bulk_rows` (GPU sizes), 0 or that many more rows of the same
-    kind, each with its own hazard (bulk_rows), built on `device` (generation_device); with
-    `max_drawn_rows`, the hazards of only the first that many of the M rows are drawn one by one,
-    the other rows are seeded as the bulk is (bulk_rows, the same kind); then a
+    kind, each with its own hazard (bulk_rows), built on `device` (generation_device); then a
     layout (gaps hold NaN). A third of the cases are in the judge's form (judge_forms): float32,
     contiguous, N up to 1024, k up to 32. Shrinks toward: the judge's form, min_rows (then one row; at least one in that form), N = 1,
     k = 1, float32 (bf16 outside that form), the judge's randperm values, no hazard, no specials,
@@ -192,10 +186,8 @@ def gate_topk_cases(*, min_rows: int = 0, max_rows: int = 6, max_cols: int = 520
                                   f"max_rows={max_rows}, max_cols={max_cols}, max_k={max_k}, dtypes={dtypes}")
     if any(n < 1 for n in bulk_rows):
         raise InvalidArgument(f"gate_topk_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
-    if max_drawn_rows is not None and max_drawn_rows < 1:
-        raise InvalidArgument(f"gate_topk_cases: max_drawn_rows={max_drawn_rows!r}; need None (every row) or >= 1")
     return _gate_topk_cases(min_rows, max_rows, max_cols, max_k, tuple(dtypes), tuple(structure_pool),
-                            tuple(bulk_rows), max_drawn_rows, generation_device(device, strategy="gate_topk_cases"))
+                            tuple(bulk_rows), generation_device(device, strategy="gate_topk_cases"))
 
 
 @st.composite
@@ -222,7 +214,7 @@ def _judge_structures(pool: tuple, max_k: int) -> tuple:
 
 
 @st.composite
-def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bulk_pool, max_drawn_rows, device):
+def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bulk_pool, device):
     # A third of the cases in the judge's own form (strategies.values.judge_forms): float32, contiguous,
     # at least one row, N up to 1024, k up to 32; their values stay as nasty.
     judge_form = max_rows >= 1 and torch.float32 in dtypes and draw(judge_forms(), label="judge form?")
@@ -243,14 +235,13 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
         M, N, k, dtype = draw(free, label="structure")
     kind = draw(st.sampled_from(KIND_DRAWS), label="values")
     scale = draw(magnitudes(), label="scale")
-    D = M if max_drawn_rows is None else min(M, max_drawn_rows)  # rows whose hazards are drawn
-    x = make_values(kind, (D, N), k=k, seed=draw(seeds(), label="values_seed"), scale=scale, dtype=dtype)
+    x = make_values(kind, (M, N), k=k, seed=draw(seeds(), label="values_seed"), scale=scale, dtype=dtype)
 
     # One hazard a row, each drawn for its own row: the rows of this op are independent, so a
     # case of M rows tests M hazards for the price of one launch (the interpreter's cost is per
     # program, and a program holds up to 2048 / N_PAD rows), and the minimizer drops the rows
     # that do not matter. Each shrinks to "none".
-    for m in range(D):
+    for m in range(M):
         hazard = draw(st.sampled_from(ROW_HAZARDS), label=f"row {m} hazard")
         if hazard == "ties" and N > 1:
             for _ in range(draw(st.integers(1, 2), label="tie_groups")):
@@ -280,8 +271,8 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
             x[m, start:start + length] = special_tensor(draw(st.sampled_from(SPECIALS), label="run_special"), dtype)
         elif hazard == "all_equal":
             x[m] = x[m, 0].clone()
-    if D and draw(st.booleans(), label="specials?"):
-        for pos, name in draw(st.lists(st.tuples(st.integers(0, D * N - 1), st.sampled_from(SPECIALS)),
+    if M and draw(st.booleans(), label="specials?"):
+        for pos, name in draw(st.lists(st.tuples(st.integers(0, M * N - 1), st.sampled_from(SPECIALS)),
                                        min_size=1, max_size=3), label="specials"):
             x.view(-1)[pos] = special_tensor(name, dtype)
 
@@ -289,7 +280,6 @@ def _gate_topk_cases(draw, min_rows, max_rows, max_cols, max_k, dtypes, pool, bu
         bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=BULK_ELEMENTS, drawn_rows=M),
                     label="bulk rows") if bulk_pool else 0
     drawn_features = case_features(x, k)  # of the drawn rows: the bulk is a seeded background
-    bulk += M - D  # the rows past the drawn ones are seeded with the bulk
     if bulk:
         more = bulk_rows(kind, bulk, N, k, seed=draw(seeds(), label="bulk_seed"), scale=scale, dtype=dtype,
                          device=device)
@@ -472,7 +462,7 @@ def _column_subsets(N):
 
 
 __all__ = ["gate_topk_cases", "judge_cases", "model_cases", "bench_cases", "smaller_cases", "special_tensor",
-           "next_in_dtype", "bulk_rows", "SIZES", "DRAWN_ROWS", "BULK_ELEMENTS", "JUDGE_CASES", "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
+           "next_in_dtype", "bulk_rows", "SIZES", "BULK_ELEMENTS", "JUDGE_CASES", "VALUE_KINDS", "SPECIALS", "NANS", "FLOORS", "ROW_HAZARDS"]
 
 
 # M * N > 2^31: the last rows' addresses need 64-bit offsets (2.15e9 float32 elements: 8.6 GB);

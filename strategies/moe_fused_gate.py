@@ -47,7 +47,6 @@ GPU_STRUCTURES = (
 # reaches 255/256/257 and DeepSeek-V3's 256 = 8 x 32; Kimi K2's 384 only on a GPU). Rows cost
 # almost nothing more (the interpreter's cost is per operation, not per element), and each row
 # carries its own value kind and hazard, so a case holds up to 8.
-DRAWN_ROWS = 16
 SIZES = {
     "cpu": dict(max_rows=8, max_experts=320, max_routed=12, max_shared=3, max_groups=16),
     # On a GPU, three cases in four take their whole structure from GPU_STRUCTURES (above): Triton
@@ -56,11 +55,8 @@ SIZES = {
     # moe fuzz time on an H200, 2026-12-02); the values, hazards and layouts are drawn anew.
     # Besides its drawn rows a GPU case carries a bulk of rows (0 or a count of bulk_rows, up to
     # BULK_ELEMENTS scores), each with its own value kind and hazard (bulk_rows below).
-    # Hypothesis draws the value kind and hazard of the first DRAWN_ROWS rows one by one; the
-    # rest of the M rows are seeded as the bulk is (a drawn row took ~5 draws and 0.86 ms: a
-    # case's draw was 70 ms, 43 of them its rows, H100 2026-12-06).
     "cuda": dict(max_rows=300, max_experts=1024, max_routed=32, max_shared=8, max_groups=16,
-                 structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384), max_drawn_rows=DRAWN_ROWS, device="cuda"),
+                 structure_pool=GPU_STRUCTURES, bulk_rows=(2048, 16384), device="cuda"),
 }
 BULK_ELEMENTS = 1 << 22
 
@@ -235,8 +231,7 @@ def make_bias(kind: str, N: int, *, groups: int, seed: int) -> torch.Tensor:
 
 def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: int = 320, max_routed: int = 12,
                          max_shared: int = 3, max_groups: int = 16, dtypes=FLOAT_DTYPES,
-                         structure_pool=(), bulk_rows=(), max_drawn_rows: int | None = None,
-                         device: str = "cpu") -> st.SearchStrategy[Case]:
+                         structure_pool=(), bulk_rows=(), device: str = "cpu") -> st.SearchStrategy[Case]:
     """moe_fused_gate cases.
 
     Structure is drawn explicitly: M (0 rarely, behind its own boolean); ungrouped (N a hostile
@@ -249,9 +244,7 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
     row (HAZARD_DRAWS, the group ones only with groups); behind booleans, specials anywhere in
     the scores, specials in the bias, a bias-made tie in row 0, a bf16/fp16 bias; with
     `bulk_rows` (GPU sizes), 0 or that many more rows, each with its own kind and hazard
-    (bulk_rows), built on `device` (generation_device); with `max_drawn_rows`, the kinds and
-    hazards of only the first that many of the M rows are drawn one by one, the other rows are
-    seeded as the bulk is (bulk_rows); then the layouts (gaps hold NaN). A share of the cases (judge_forms) is drawn in
+    (bulk_rows), built on `device` (generation_device); then the layouts (gaps hold NaN). A share of the cases (judge_forms) is drawn in
     the judge's form (feature JUDGE_FORM): structure, dtype and layouts inside the judge domain
     (of the pool only the entries inside it), the values, hazards and specials as nasty as in
     the rest. Shrinks toward: the judge's form, min_rows, ungrouped, N = 1 (2 in the judge's
@@ -277,11 +270,8 @@ def moe_fused_gate_cases(*, min_rows: int = 0, max_rows: int = 6, max_experts: i
         _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes)
     if any(n < 1 for n in bulk_rows):
         raise InvalidArgument(f"moe_fused_gate_cases: bulk_rows={bulk_rows!r}; need counts >= 1")
-    if max_drawn_rows is not None and max_drawn_rows < 1:
-        raise InvalidArgument(f"moe_fused_gate_cases: max_drawn_rows={max_drawn_rows!r}; need None (every row) or >= 1")
     return _moe_fused_gate_cases(min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, tuple(dtypes),
-                                 tuple(structure_pool), tuple(bulk_rows), max_drawn_rows,
-                                 generation_device(device, strategy="moe_fused_gate_cases"))
+                                 tuple(structure_pool), tuple(bulk_rows), generation_device(device, strategy="moe_fused_gate_cases"))
 
 
 def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes):
@@ -303,7 +293,7 @@ def _check_structure(entry, min_rows, max_rows, max_experts, max_routed, max_sha
 
 @st.composite
 def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max_shared, max_groups, dtypes, pool,
-                          bulk_pool, max_drawn_rows, device):
+                          bulk_pool, device):
     # Cases in the judge's own form (strategies.values.judge_forms), where the sizes allow one: a
     # structure inside the judge domain (from the pool's entries inside it, or drawn so),
     # contiguous scores and a contiguous float32 bias; values and hazards stay as nasty.
@@ -329,7 +319,7 @@ def _moe_fused_gate_cases(draw, min_rows, max_rows, max_experts, max_routed, max
                    routed_scaling_factor=rsf, apply_routed_scaling_factor_on_output=apply,
                    moe_softcapping=softcap, num_expert_group=G, topk_group=tg)
     return draw(_values(M, N, G, tg, N // G if G > 1 else None, KR, scoring, softcap, options, dtype, bulk_pool,
-                        judge_form, preset, device, max_drawn_rows))
+                        judge_form, preset, device))
 
 
 def _max_bulk(M: int, N: int, judge_form: bool) -> int:
@@ -426,7 +416,7 @@ def _free_structure(draw, min_rows, max_rows, max_experts, max_routed, max_share
 
 @st.composite
 def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_pool, judge_form, preset=None,
-            device="cpu", max_drawn_rows=None):
+            device="cpu"):
     """The values of a case whose structure is drawn: scores row by row, the bias, the hazards,
     the specials, the bulk rows and the layouts. In the judge's form the bias stays float32, both
     layouts contiguous and the bulk within the judge's rows; the values are drawn as in any case."""
@@ -434,26 +424,25 @@ def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_p
     # of one launch, and the minimizer drops the rows that do not matter
     kinds_pool = SCORE_DRAWS if G > 1 else tuple(k for k in SCORE_DRAWS if k != "group_copies")
     seed = draw(seeds(), label="scores_seed")
-    D = M if max_drawn_rows is None else min(M, max_drawn_rows)  # rows whose kinds and hazards are drawn
-    kinds = [draw(st.sampled_from(kinds_pool), label=f"row {m} scores") for m in range(D)]
+    kinds = [draw(st.sampled_from(kinds_pool), label=f"row {m} scores") for m in range(M)]
     rows = [make_scores(k, (1, N), groups=G, seed=seed + m, scale=draw(magnitudes(), label=f"row {m} scale"),
                         dtype=dtype) for m, k in enumerate(kinds)]
     scores = torch.cat(rows) if rows else torch.empty(0, N, dtype=dtype)
     bias_kind = draw(st.sampled_from(BIAS_DRAWS), label="bias")
     bias = make_bias(bias_kind, N, groups=G, seed=draw(seeds(), label="bias_seed"))
 
-    for m in range(D):
+    for m in range(M):
         _row_hazard(draw, scores, bias, m, G=G, per=per, tg=tg, KR=KR, dtype=dtype, scoring=scoring,
                     softcap=softcap)
-    if D and draw(sometimes(4), label="specials?"):
-        for pos, name in draw(st.lists(st.tuples(st.integers(0, D * N - 1), st.sampled_from(SPECIALS)),
+    if M and draw(sometimes(4), label="specials?"):
+        for pos, name in draw(st.lists(st.tuples(st.integers(0, M * N - 1), st.sampled_from(SPECIALS)),
                                        min_size=1, max_size=3), label="specials"):
             scores.view(-1)[pos] = special_tensor(name, dtype)
     if draw(sometimes(5), label="bias specials?"):
         for pos, name in draw(st.lists(st.tuples(st.integers(0, N - 1), st.sampled_from(BIAS_SPECIALS)),
                                        min_size=1, max_size=2), label="bias_specials"):
             bias[pos] = float(name)
-    if D and N > 1 and draw(sometimes(4), label="bias-made tie?"):
+    if M and N > 1 and draw(sometimes(4), label="bias-made tie?"):
         # bias[b] = sel(0, a) - part(0, b): expert b ties expert a in row 0 (exactly, or within a
         # float32 rounding of the add), whatever their scores
         a, b = draw(st.lists(st.integers(0, N - 1), min_size=2, max_size=2, unique=True), label="bias_tie")
@@ -471,7 +460,6 @@ def _values(draw, M, N, G, tg, per, KR, scoring, softcap, options, dtype, bulk_p
         bulk = draw(bulk_row_counts(bulk_pool, row_elements=N, max_elements=max_bulk, drawn_rows=M),
                     label="bulk rows") if bulk_pool and max_bulk >= 1 else 0
     drawn_features = case_features(scores, bias, options)  # of the drawn rows: the bulk is a seeded background
-    bulk += M - D  # the rows past the drawn ones are seeded with the bulk
     if bulk:
         more = bulk_rows(bulk, N, groups=G, topk_group=tg, routed=KR, bias=bias, scoring=scoring, softcap=softcap,
                          seed=draw(seeds(), label="bulk_seed"), dtype=dtype, device=device)
@@ -913,7 +901,7 @@ def _column_subsets(N):
 
 
 __all__ = ["moe_fused_gate_cases", "judge_cases", "model_cases", "bench_cases", "bench_inputs", "smaller_cases",
-           "build_case", "make_scores", "make_bias", "activations32", "case_features", "bulk_rows", "SIZES", "DRAWN_ROWS",
+           "build_case", "make_scores", "make_bias", "activations32", "case_features", "bulk_rows", "SIZES",
            "BULK_ELEMENTS", "PARAMS",
            "DEFAULTS", "JUDGE_CASES", "SCORE_KINDS", "BIAS_KINDS", "ROW_HAZARDS", "SPECIALS", "BIAS_SPECIALS",
            "FLOORS", "RSF", "GROUP_COUNTS", "GROUP_SIZES"]

@@ -123,34 +123,3 @@ def test_a_single_drawn_row_mostly_stays_a_single_row():
         # every count of the (small) space is drawn once: the shares are the weights
         shares[rows] = seen.count(0) / len(seen)
     assert shares == {1: 3 / 5, 5: 1 / 3}, shares
-
-
-@pytest.mark.parametrize("op", ["gate_topk", "moe_fused_gate"])
-def test_rows_past_max_drawn_rows_are_seeded_and_cost_no_draws(op):
-    """With max_drawn_rows (GPU sizes), Hypothesis draws the hazards of that many rows; the case
-    still has its M rows, the rest seeded as the bulk is (its feature), and the draw's choices do
-    not grow with M: each drawn row took ~5 choices, ~0.2 ms each, and a GPU case of ~100 drawn
-    rows spent 90 ms drawing (H100, 2026-12-06). Without the cap every row is drawn."""
-    from hypothesis import strategies as st
-    from hypothesis.control import current_build_context
-    from oracles.ops import get_op
-    cases = get_op(op).cases
-    seen = {}
-    for cap in (None, 4):
-        strategy = cases(min_rows=60, max_rows=60, max_drawn_rows=cap)
-
-        @settings(max_examples=5, database=None, deadline=None, suppress_health_check=list(HealthCheck),
-                  derandomize=True, phases=[Phase.generate])
-        @given(data=st.data())
-        def drawn(data):
-            case = data.draw(strategy)
-            rows = next(iter(case.inputs.values())).shape[0]
-            seen.setdefault(cap, []).append((rows, "bulk_rows" in case.features,
-                                             len(current_build_context().data.choices)))
-        drawn()
-    assert all(rows == 60 for rows, _, _ in seen[None] + seen[4]), seen
-    assert all(bulk for _, bulk, _ in seen[4]) and not any(bulk for _, bulk, _ in seen[None]), seen
-    uncapped, capped = (sum(c for _, _, c in seen[k]) for k in (None, 4))
-    assert capped * 3 < uncapped, (capped, uncapped)
-    with pytest.raises(Exception, match="max_drawn_rows"):
-        cases(max_drawn_rows=0)
