@@ -480,7 +480,9 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
             if fixtures_dir is not None:
                 cmd += ["--fixtures-dir", str(fixtures_dir)]
             # Where a child that will time out is stuck: its Python stacks, on stderr, before the kill.
-            cmd += ["--stacks-after", str(max(timeout_s - STACKS_BEFORE_TIMEOUT_S, 1.0))]
+            # A wall-clock time, not a delay: the child arms it after importing torch and Triton, which
+            # on a busy GPU host took most of a 15 s timeout (its stacks never came, H100 2026-12-06).
+            cmd += ["--stacks-at", repr(time.time() + max(timeout_s - STACKS_BEFORE_TIMEOUT_S, 1.0))]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             try:
                 proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -644,13 +646,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="FILE.py", help="only these mutant files (by name)")
     p.add_argument("--one", metavar="FILE", help=argparse.SUPPRESS)       # child mode: one file, JSON on stdout
     p.add_argument("--progress", metavar="FILE", help=argparse.SUPPRESS)  # child mode: results so far
-    p.add_argument("--stacks-after", type=float, help=argparse.SUPPRESS)  # child mode: dump stacks then
+    p.add_argument("--stacks-at", type=float, help=argparse.SUPPRESS)  # child mode: dump stacks at this time.time()
     return p
 
 
 def _child(args) -> int:
-    if args.stacks_after:
-        faulthandler.dump_traceback_later(args.stacks_after, exit=False, file=sys.stderr)
+    if args.stacks_at:
+        faulthandler.dump_traceback_later(max(args.stacks_at - time.time(), 0.1), exit=False, file=sys.stderr)
     path = Path(args.one).resolve()
     op = path.parent.name
     listed = {m.path.resolve(): m for m in manifest(op)}
