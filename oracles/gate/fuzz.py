@@ -87,6 +87,12 @@ def _suite_errors(excinfo) -> list[SuiteError]:
     return found
 
 
+class BudgetSpent(pytest.skip.Exception):
+    """Raised before a drawn case once --gate-budget is spent and nothing failed. Hypothesis lets a
+    skip through at once, ending its run; pytest_runtest_makereport (oracles/gate/plugin.py) reports
+    the property as passed, which it is: every case it judged passed."""
+
+
 class Fuzz:
     """What a property calls: run the case; tally the verdict for the gate; write a fixture for
     each new unsupported input class; on failure remember the case under its signature and raise
@@ -114,14 +120,16 @@ class Fuzz:
 
     def end_if_spent(self, implementation) -> None:
         """Called by a property before it draws: past the budget, with no failure found, the
-        example ends without drawing. Hypothesis knows no time budget: it went on drawing cases up
+        property ends without drawing. Hypothesis knows no time budget: it went on drawing cases up
         to the gate profile's 400 only for check() to pass them, and a GPU-sized draw takes 20-160
         ms (a public hc_head's property ran 69 s at --gate-budget=30, H200, 2026-12-02).
 
-        The example is marked an overrun, the one ending Hypothesis accepts before a draw its
-        earlier examples made (any other is FlakyStrategyDefinition); it stops generating after
-        458 + 100 per valid example of them, about 0.2 ms each. With a failure found, the draws go
-        on: Hypothesis shrinks and replays it (check raises it again from its content hash).
+        The example draws its case, and check() raises BudgetSpent, a skip, which stops
+        Hypothesis's engine at once (raised before the draw, Hypothesis calls its data generation
+        flaky); the plugin reports the test as passed. (Ending each example as an overrun instead, Hypothesis went on for
+        458 + 100 per valid example of them: 17,629 examples and 4-8 s after a GPU gate's budget,
+        H100 2026-12-06.) With a failure found, the draws go on: Hypothesis shrinks and replays it
+        (check raises it again from its content hash).
         Before any case was judged they go on too: a first example that ends so fails Hypothesis's
         health check (large_base_example), and then the test. So does Hypothesis's simplest example,
         which it runs after replaying its database (simplest_example).
@@ -141,9 +149,11 @@ class Fuzz:
             return
         if self.seen_failing and replays_a_failure(context.data, self.failing_choices):
             return  # as Hypothesis starts shrinking it replays each failure: check raises it again
+        if not self.seen_failing:
+            return  # the example draws, and check() ends the property (BudgetSpent)
         self._start(implementation)
         self.tally.budget_exhausted = True
-        context.data.mark_overrun()
+        context.data.mark_overrun()  # a shrink candidate: Hypothesis goes on to replay the failure
 
     def check(self, case, implementation):
         __tracebackhide__ = True
@@ -155,6 +165,9 @@ class Fuzz:
             failure = self.seen_failing.get(case.content_hash()) if self.seen_failing else None
             if failure is not None:  # Hypothesis replays a failure it found: the same answer, no new run
                 self._raise(failure)
+            if not self.seen_failing and self.kind == "fuzz" and currently_in_test_context() \
+                    and not current_build_context().is_final:
+                raise BudgetSpent(f"--gate-budget={self.budget_s:g} s spent after {len(self.case_seconds)} case(s)")
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
                        timeout_s=self.case_timeout_s), self._suite_errors(implementation, case.summary()), \

@@ -505,13 +505,16 @@ def ten_second_cases(request, run_options, monkeypatch, *, budget_s: float):
 def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_options, monkeypatch):
     """Hypothesis knows no time budget: past --gate-budget it drew cases up to the gate profile's
     400 only for check() to pass them (a public hc_head's property ran 69 s at a 30 s budget on an
-    H200). A fake clock makes each case take 10 s: with a 25 s budget two cases run, then every
-    example ends before drawing, and the property passes. The plugin installs this on
-    Hypothesis's inner test, so the derandomized (ci) draws, seeded from the source, are kept."""
+    H200). A fake clock makes each case take 10 s: with a 25 s budget two cases run, the third
+    example draws and check() ends the property with BudgetSpent, a skip that stops Hypothesis
+    at once (the plugin reports a gate property so ended as passed). Ending each example as an
+    overrun instead, Hypothesis went on for 458 + 100 per valid example of them (4-8 s after a
+    GPU gate's budget, H100 2026-12-06). The plugin installs this on Hypothesis's inner test, so
+    the derandomized (ci) draws, seeded from the source, are kept."""
     import types
     from hypothesis import given, settings, strategies as st
     from hypothesis.internal.reflection import function_digest
-    from oracles.gate.fuzz import end_when_budget_spent
+    from oracles.gate.fuzz import BudgetSpent, end_when_budget_spent
     from strategies.hc_head import judge_cases
     _, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=25.0)
     case = min(judge_cases(run_options.device), key=lambda c: c.inputs["x"].numel())
@@ -526,10 +529,11 @@ def test_a_spent_budget_ends_the_drawn_phase_instead_of_drawing_on(request, run_
     digest = function_digest(prop.hypothesis.inner_test)
     end_when_budget_spent(types.SimpleNamespace(obj=prop, fixturenames=("data", "fuzz", "implementation")))
     assert function_digest(prop.hypothesis.inner_test) == digest
-    prop(fuzz=fuzz, implementation=slow)
-    # The cases at 0 and 10 s ran; at 20 s a third would end past 25 s: every later example ends
-    # before drawing (it used to draw 400, each passed unrun).
-    assert len(draws) == 2, len(draws)
+    with pytest.raises(BudgetSpent, match="25 s spent after 2 case"):
+        prop(fuzz=fuzz, implementation=slow)
+    # The cases at 0 and 10 s ran; at 20 s a third would end past 25 s: it is drawn, not run, and
+    # the property ends (it used to draw 400, each passed unrun).
+    assert len(draws) == 3, len(draws)
     assert fuzz.tally.budget_exhausted and fuzz.tally.examples == 2
 
 
@@ -557,11 +561,12 @@ def test_a_budget_spent_replaying_the_database_does_not_fail_the_property(reques
     property's database key (its parameters come from pytest_generate_tests), so one gate replays
     what another saved: on an H100 (2026-12-06, 16 gates at once, --gate-budget=10) three correct
     gate_topk kernels had their budget spent replaying 5 such cases, then FAILED with every check
-    passing. The simplest example always runs; the ones after it end as before."""
+    passing. Now the first example past the budget draws and ends the property (BudgetSpent):
+    no example ends undrawn, so no health check can fail."""
     import types
     from hypothesis import given, settings, strategies as st
     from hypothesis.database import InMemoryExampleDatabase
-    from oracles.gate.fuzz import end_when_budget_spent
+    from oracles.gate.fuzz import BudgetSpent, end_when_budget_spent
     from strategies.hc_head import judge_cases
     _, slow, fuzz = ten_second_cases(request, run_options, monkeypatch, budget_s=15.0)
     case = min(judge_cases(run_options.device), key=lambda c: c.inputs["x"].numel())
@@ -581,8 +586,9 @@ def test_a_budget_spent_replaying_the_database_does_not_fail_the_property(reques
     with pytest.raises(AssertionError):
         prop(fuzz=fuzz, implementation=slow)
     another_kernel_fails[0] = False
-    prop(fuzz=fuzz, implementation=slow)  # the saved case (10 s of 15), the simplest one, then none
-    assert draws[0] == 5 and draws[1] == 0 and len(draws) == 2, draws
+    with pytest.raises(BudgetSpent):  # the saved case (10 s of 15) runs; the next example ends the property
+        prop(fuzz=fuzz, implementation=slow)
+    assert draws[0] == 5 and len(draws) == 2, draws
     assert fuzz.tally.budget_exhausted
 
 
