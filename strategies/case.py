@@ -58,6 +58,40 @@ def beyond_int32_violation(case) -> list[str]:
     return ["elements=beyond 2^31 (rows of a larger input)"] if BEYOND_INT32 in case.features else []
 
 
+class LazyInputs(Mapping):
+    """A case's inputs, built on first read (all at once, then kept), with each tensor's element
+    count known before: the judge's bench-size hc_head cases (117 million elements, 2.5 s on a
+    CPU) were built by every process that collected them, a gate's worker and each of the suite's,
+    and on the CPU interpreter they are only skipped (OpSpec.runs_on_cpu reads the counts)."""
+
+    def __init__(self, build, numels: Mapping[str, int]):
+        self._build, self._numels, self._inputs = build, dict(numels), None
+
+    def _built(self) -> dict:
+        if self._inputs is None:
+            self._inputs = dict(self._build())
+        return self._inputs
+
+    def numel(self, name: str) -> int:
+        """Elements of tensor input `name`, without building the inputs."""
+        return self._numels[name] if self._inputs is None else self._inputs[name].numel()
+
+    def __getitem__(self, name: str):
+        return self._built()[name]
+
+    def __iter__(self):
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+
+def input_numel(case, name: str) -> int:
+    """Elements of case input `name`, without building lazy inputs (LazyInputs)."""
+    inputs = case.inputs
+    return inputs.numel(name) if isinstance(inputs, LazyInputs) else inputs[name].numel()
+
+
 class CaseFormatError(ValueError):
     """A serialized case that cannot be read back: says which field and what was expected."""
 

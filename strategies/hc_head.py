@@ -10,7 +10,7 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from strategies.case import Case
+from strategies.case import Case, LazyInputs
 from strategies.minimize import row_subsets
 from strategies.values import (FLOAT_DTYPES, JUDGE_FORM, MAGNITUDES, SPECIAL_NAMES, Layout, apply_overrides, background,
                                GPU_EXPLORE_ONE_IN, bulk_row_counts, eps_values, hostile_sizes, judge_forms, layouts,
@@ -245,17 +245,20 @@ def judge_cases(device: str | torch.device = "cpu") -> tuple[Case, ...]:
 
 @functools.lru_cache(maxsize=2)
 def _judge_cases(device: str) -> tuple[Case, ...]:
-    cases = []
-    for T, h, H in JUDGE_SHAPES:
-        gen = torch.Generator(device=device).manual_seed(0)
-        x = torch.randn(T, h, H, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
-        hc_fn = torch.randn(h, h * H, generator=gen, device=device, dtype=torch.float32) * 0.02
-        hc_base = 0.1 * torch.randn(h, generator=gen, device=device, dtype=torch.float32)
-        cases.append(Case(OP, {
-            "x": x.cpu(), "hc_fn": hc_fn.cpu(), "hc_scale": torch.tensor([1.5]), "hc_base": hc_base.cpu(),
-            "norm_eps": 1e-6, "hc_eps": 1e-3,
-        }, frozenset({"judge"}), f"judge T={T} hc_mult={h} hidden={H}"))
-    return tuple(cases)
+    # Each case's tensors are built when first read (LazyInputs): collecting the tests builds none.
+    return tuple(Case(OP, LazyInputs(functools.partial(_judge_inputs, T, h, H, device),
+                                     {"x": T * h * H, "hc_fn": h * h * H, "hc_scale": 1, "hc_base": h}),
+                      frozenset({"judge"}), f"judge T={T} hc_mult={h} hidden={H}")
+                 for T, h, H in JUDGE_SHAPES)
+
+
+def _judge_inputs(T: int, h: int, H: int, device: str) -> dict:
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(T, h, H, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16)
+    hc_fn = torch.randn(h, h * H, generator=gen, device=device, dtype=torch.float32) * 0.02
+    hc_base = 0.1 * torch.randn(h, generator=gen, device=device, dtype=torch.float32)
+    return {"x": x.cpu(), "hc_fn": hc_fn.cpu(), "hc_scale": torch.tensor([1.5]), "hc_base": hc_base.cpu(),
+            "norm_eps": 1e-6, "hc_eps": 1e-3}
 
 
 def smaller_cases(case: Case):

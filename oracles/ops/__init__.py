@@ -16,6 +16,8 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from strategies.case import input_numel
+
 # A judge case runs under the CPU interpreter when its row inputs hold at most this many elements
 # (the rest, the judge's bench sizes, run on a GPU): one rule for every op, sized so that the
 # interpreter's slowest bundled design stays within seconds per case.
@@ -59,7 +61,7 @@ class OpSpec:
 
     def runs_on_cpu(self, case) -> bool:
         """Whether a judge case runs under the CPU interpreter (CPU_MAX_JUDGE_ELEMENTS)."""
-        return sum(case.inputs[name].numel() for name in self.row_inputs) <= CPU_MAX_JUDGE_ELEMENTS
+        return sum(input_numel(case, name) for name in self.row_inputs) <= CPU_MAX_JUDGE_ELEMENTS
 
     def named_cases(self, which: str, device: str) -> Sequence:
         if which == "judge":

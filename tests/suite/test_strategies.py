@@ -206,6 +206,29 @@ def test_hc_head_judge_cases_are_the_judges():
         assert not hc_oracle.judge_domain_violations(c), (c.label, hc_oracle.judge_domain_violations(c))
 
 
+@hc
+def test_hc_head_judge_cases_are_built_when_first_read():
+    """Collecting the judge's cases builds none of their tensors: the bench-size ones (117 million
+    elements, 2.5 s on a CPU) were built by every process that collected them, to be skipped under
+    the interpreter. Whether a case runs there is known from its declared sizes; a case is built
+    when an input is read, and its tensors are the sizes it declared."""
+    from oracles.ops import OPS
+    from strategies.case import LazyInputs
+    from strategies.hc_head import _judge_cases
+    cases = _judge_cases.__wrapped__("cpu")  # fresh, not the process's cached ones
+    assert all(isinstance(c.inputs, LazyInputs) for c in cases)
+    runs = [OPS["hc_head"].runs_on_cpu(c) for c in cases]
+    assert runs == [T * h * H <= 150_000 for T, h, H in JUDGE_SHAPES] and any(runs) and not all(runs)
+    assert all(c.inputs._inputs is None for c in cases), "collected cases were built"
+    for c, (T, h, H) in zip(cases, JUDGE_SHAPES):
+        assert (c.inputs.numel("x"), c.inputs.numel("hc_fn"), c.inputs.numel("hc_base")) == (T * h * H, h * h * H, h)
+    small = cases[1]
+    assert tuple(small.inputs["x"].shape) == JUDGE_SHAPES[1] and small.inputs._inputs is not None
+    assert all(small.inputs.numel(n) == small.inputs[n].numel() for n in ("x", "hc_fn", "hc_scale", "hc_base"))
+    assert list(small.inputs) == ["x", "hc_fn", "hc_scale", "hc_base", "norm_eps", "hc_eps"]  # call order
+    assert small.content_hash() == hc_judge_cases("cpu")[1].content_hash()
+
+
 @pytest.mark.parametrize("strategy, kwargs, named", [
     (hc_head_cases, dict(max_hidden=100, structure_pool=((1, 2, 128, torch.bfloat16),)), "structure_pool"),
     (sigmoid_gate_topk_renorm_cases, dict(max_experts=10, structure_pool=((1, 0, 1, 1, torch.bfloat16),)),
