@@ -88,9 +88,12 @@ def _suite_errors(excinfo) -> list[SuiteError]:
 
 
 class BudgetSpent(pytest.skip.Exception):
-    """Raised before a drawn case once --gate-budget is spent and nothing failed. Hypothesis lets a
-    skip through at once, ending its run; pytest_runtest_makereport (oracles/gate/plugin.py) reports
-    the property as passed, which it is: every case it judged passed."""
+    """Raised by check() on a drawn case once --gate-budget is spent and nothing failed. Hypothesis
+    lets a skip through at once, ending its run (raised before the draw, Hypothesis would call its
+    data generation flaky); pytest_runtest_makereport (oracles/gate/plugin.py) reports the property
+    as passed, which it is: every case it judged passed. Ending each example as an overrun instead,
+    Hypothesis went on for 458 + 100 per valid example of them: 17,629 examples and 4-8 s past a
+    GPU gate's budget (H100, 2026-12-06)."""
 
 
 class Fuzz:
@@ -119,41 +122,25 @@ class Fuzz:
         return time.monotonic() - self.started + expected > self.budget_s
 
     def end_if_spent(self, implementation) -> None:
-        """Called by a property before it draws: past the budget, with no failure found, the
-        property ends without drawing. Hypothesis knows no time budget: it went on drawing cases up
-        to the gate profile's 400 only for check() to pass them, and a GPU-sized draw takes 20-160
-        ms (a public hc_head's property ran 69 s at --gate-budget=30, H200, 2026-12-02).
-
-        The example draws its case, and check() raises BudgetSpent, a skip, which stops
-        Hypothesis's engine at once (raised before the draw, Hypothesis calls its data generation
-        flaky); the plugin reports the test as passed. (Ending each example as an overrun instead, Hypothesis went on for
-        458 + 100 per valid example of them: 17,629 examples and 4-8 s after a GPU gate's budget,
-        H100 2026-12-06.) With a failure found, the draws go on: Hypothesis shrinks and replays it
-        (check raises it again from its content hash).
-        Before any case was judged they go on too: a first example that ends so fails Hypothesis's
-        health check (large_base_example), and then the test. So does Hypothesis's simplest example,
-        which it runs after replaying its database (simplest_example).
-
-        With a failure found, past the budget, only the replays of a failure draw (the one that
-        starts shrinking, replays_a_failure, and the final one): every other shrink candidate and
-        the search for more bugs (10 s after the first) end as overruns. Each drew a GPU-sized
-        case only for check to pass it; Hypothesis shrinks for up to 5 minutes, and on an H100
+        """Called by a property before it draws. Hypothesis knows no time budget: past
+        --gate-budget it drew cases (20-160 ms each on a GPU) only for check() to pass them. With
+        nothing failed, check() ends the property on the next drawn case (BudgetSpent). With a
+        failure found, Hypothesis shrinks it and searches 10 s for more bugs: past the budget
+        every such example ends before it draws, except the replays of a failure (the shrink's
+        first run and the final one), where check raises it again (end_unless_replaying). Each
+        drew a case only to pass it, for up to Hypothesis's 5 minutes of shrinking: on an H100
         (2026-12-06) a mutant caught in 3.5 s took 129 s to end, and 15 outside kernels' gates
-        ran past 200 s."""
+        ran past 200 s. Hypothesis's simplest example always draws: ended undrawn, it fails the
+        large_base_example health check."""
         __tracebackhide__ = True
         # Cheapest first: every example of every property (no budget: the suite's) passes here.
-        if not self.case_seconds or not self.out_of_budget() or not currently_in_test_context():
-            return  # no case judged yet: were the first example an overrun, Hypothesis would fail a health check
-        context = current_build_context()
-        if context.is_final or not hasattr(context.data, "mark_overrun") or simplest_example(context.data):
+        if not self.seen_failing or not self.out_of_budget() or not currently_in_test_context():
             return
-        if self.seen_failing and replays_a_failure(context.data, self.failing_choices):
-            return  # as Hypothesis starts shrinking it replays each failure: check raises it again
-        if not self.seen_failing:
-            return  # the example draws, and check() ends the property (BudgetSpent)
+        if simplest_example(current_build_context().data):
+            return
         self._start(implementation)
         self.tally.budget_exhausted = True
-        context.data.mark_overrun()  # a shrink candidate: Hypothesis goes on to replay the failure
+        end_unless_replaying(self.failing_choices)
 
     def check(self, case, implementation):
         __tracebackhide__ = True
@@ -165,8 +152,7 @@ class Fuzz:
             failure = self.seen_failing.get(case.content_hash()) if self.seen_failing else None
             if failure is not None:  # Hypothesis replays a failure it found: the same answer, no new run
                 self._raise(failure)
-            if not self.seen_failing and self.kind == "fuzz" and currently_in_test_context() \
-                    and not current_build_context().is_final:
+            if not self.seen_failing and currently_in_test_context() and not current_build_context().is_final:
                 raise BudgetSpent(f"--gate-budget={self.budget_s:g} s spent after {len(self.case_seconds)} case(s)")
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
@@ -310,6 +296,17 @@ def replays_a_failure(data, failing: set) -> bool:
         return key is not None and key in failing
     except TypeError:  # a template (the simplest example's prefix) is no choice, and unhashable
         return False
+
+
+def end_unless_replaying(failing_choices: set) -> None:
+    """End the running example before it draws (an overrun, which Hypothesis accepts at any
+    point) unless it replays one of the failing examples: the run that starts the shrink
+    (replays_a_failure) or Hypothesis's final replay. Past a budget, with a failure found."""
+    context = current_build_context()
+    if context.is_final or not hasattr(context.data, "mark_overrun") or \
+            replays_a_failure(context.data, failing_choices):
+        return
+    context.data.mark_overrun()
 
 
 def _choices_key(choices):

@@ -55,14 +55,13 @@ from typing import Callable  # noqa: E402
 
 import torch  # noqa: E402
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings  # noqa: E402
-from hypothesis.control import current_build_context  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from hypothesis.errors import InvalidArgument  # noqa: E402
 
 from oracles.submission.loader import Implementation, load_kernel  # noqa: E402
 from oracles.harness.differential import RunOptions, call_kernel, raised_message, run_case  # noqa: E402
 from oracles.harness.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
-from oracles.gate.fuzz import example_choices, replays_a_failure  # noqa: E402
+from oracles.gate.fuzz import end_unless_replaying, example_choices  # noqa: E402
 from oracles.platform.device import gpu_available, suite_device  # noqa: E402
 from oracles.ops import OPS, get_op  # noqa: E402
 from oracles.tolerances import KERNELBENCH_TOLERANCE  # noqa: E402
@@ -263,18 +262,6 @@ def fuzz(impl: Implementation, *, profile: str = "ci", options: RunOptions | Non
     if not result.caught:
         result.seconds = time.monotonic() - started
     return result
-
-
-def end_unless_replaying(failing_choices: set) -> None:
-    """Past the shrink budget, end the example before it draws a case (an overrun, which
-    Hypothesis accepts at any point) unless it replays a failure: the run that starts shrinking
-    (replays_a_failure) or the final one. A GPU-sized draw costs 20-160 ms and Hypothesis shrinks
-    for up to 5 minutes: a mutant caught in 3.5 s ran 129 s (H100, 2026-12-06)."""
-    context = current_build_context()
-    if context.is_final or not hasattr(context.data, "mark_overrun") or \
-            replays_a_failure(context.data, failing_choices):
-        return
-    context.data.mark_overrun()
 
 
 def minimized_fixture(failure: Failure, *, kernel_option: str | None, budget_s: float = 20.0,
