@@ -12,6 +12,8 @@ Two kinds of tolerance live side by side and must not be confused:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 # Published judge tolerances (atol, rtol): float32 1e-4, bfloat16 1.5e-2, float16 1e-2 (which one each
@@ -49,9 +51,15 @@ SUBNORMAL_STEP = 2.0 ** -149
 
 # Approximate operations, in units of U32 on their result (GPU libdevice / PTX approx ops):
 # rsqrt.approx and sqrt+div are within 2 ulp; we allow 4. ex2.approx is within 2 ulp after the
-# argument is scaled by log2(e), whose rounding adds |x|*U32 relative error (added separately).
+# argument is scaled by log2(e) (added separately: EXP_ARG_ULPS).
 RSQRT_ULPS = 4.0
 EXP_ULPS = 4.0
+# exp(x) on a GPU is ex2.approx(x * log2(e)) with log2(e) a float32 constant (Triton's tl.exp,
+# CUDA's __expf). The product's rounding (u) and the constant's own (float32 log2(e) is 0.224 u
+# below the true one, relatively) move the exponent by |x| log2(e) (1 + 0.224) u: a relative
+# error of EXP_ARG_ULPS |x| u on the result, before ex2's own. With |x| u alone the bound was
+# unsound: sigmoid(-44.52) so computed is 54.3 u from the exact value, even with an exact ex2.
+EXP_ARG_ULPS = 1.0 + abs(float(torch.tensor(math.log2(math.e), dtype=torch.float32)) / math.log2(math.e) - 1.0) / U32
 # Division and the sigmoid's add/reciprocal: 2 roundings; allow 4.
 DIV_ULPS = 4.0
 

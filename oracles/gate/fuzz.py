@@ -30,6 +30,7 @@ from strategies.fixtures import is_default_root
 ROOT = Path(__file__).resolve().parents[2]
 
 KERNELS = pytest.StashKey[dict]()          # op -> list[LoadedKernel] from --kernel
+GPU_SHARING = pytest.StashKey[str]()       # how a sharded gate's workers share the GPU (oracles/platform/mps.py)
 MINIMIZE_ERRORS = pytest.StashKey[list]()  # the suite's own errors while minimizing (reported, not raised)
 FAILURES = pytest.StashKey[dict]()         # signature -> the last failing case of that kind (Hypothesis replays
                                            # each distinct bug's shrunk case last)

@@ -21,17 +21,19 @@ from hypothesis import settings
 from hypothesis.errors import InvalidArgument
 
 from oracles.gate import accounting, profiles
-from oracles.gate.fuzz import (FAILURES, KERNELS, MINIMIZE_ERRORS, ROOT, BudgetSpent, Fuzz, _suite_errors,
+from oracles.gate.fuzz import (FAILURES, GPU_SHARING, KERNELS, MINIMIZE_ERRORS, ROOT, BudgetSpent, Fuzz, _suite_errors,
                                end_when_budget_spent, is_custom_root, kernel_option_for, skip_if_device_lost, strict)
 from oracles.gate.summary import GateSummary
 from oracles.gate.worker_exit import BoundedWorkerExit
-from oracles.harness.differential import RunOptions
+from oracles.harness.differential import RunOptions, context_lost
 from oracles.harness.failures import Failure, minimized, record_fixture
-from oracles.harness.inflight import inflight_dir
+from oracles.harness.inflight import end_worker_after_lost_context, in_worker, inflight_dir
 from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,
                                     limit_bytes, process_limit)
 from oracles.ops import OPS
+from oracles.platform import mps
 from oracles.platform.device import gpu_available, gpu_lock_path, interpreted, suite_device
+from oracles.platform.mps import start_private_mps, stop_private_mps
 from oracles.submission.loader import IMPORT_PROBE_TIMEOUT_S, KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option
 from strategies.case import BEYOND_INT32
 from strategies.fixtures import DEFAULT_REGRESSIONS_DIR
@@ -58,6 +60,10 @@ def pytest_addoption(parser):
     group.addoption("--gate-shards", type=positive_int, default=None, metavar="N",
                     help="draw cases in N property tests at once, each in its own xdist worker for the whole "
                          "--gate-budget (default 1; with N > 1 and no -n, N + 2 workers)")
+    group.addoption("--gate-mps", choices=("auto", "off"), default="auto",
+                    help="with --gate-shards > 1 on a GPU, the shards share it through CUDA MPS, a private "
+                         "daemon started for the run (auto, the default) or take turns on it (off); under MPS a "
+                         "device fault's case is replayed alone before it is named (oracles/platform/mps.py)")
     group.addoption("--gate-report", default=None, metavar="PATH",
                     help="also write the verdict tables as JSON (schema: oracles/gate/report.schema.json)")
     group.addoption("--keep-tmp", action="store_true",
@@ -219,6 +225,7 @@ def pytest_configure(config):
     config.stash[KERNELS] = kernels
     freeze_hypothesis_local_constants()
     if not hasattr(config, "workerinput"):  # the controller (or a plain run) sums up
+        share_gpu_through_mps(config)
         config.pluginmanager.register(GateSummary(config), "tritonfuzz-gate-summary")
         config.pluginmanager.register(BoundedWorkerExit(config), "tritonfuzz-worker-exit")
     if kernels and config.getoption("hypothesis_profile", None) is None:
@@ -226,15 +233,48 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    """The controller removes the run's temporary folder (workers share it), unless --keep-tmp."""
+    """The controller stops its MPS daemon and removes the run's temporary folder (workers share
+    it), unless --keep-tmp."""
     if hasattr(config, "workerinput"):
         return
+    daemon = config.stash.get(MPS_DAEMON, None)
+    if daemon is not None:
+        stop_private_mps(daemon)
+        os.environ.pop(mps.MARKER_ENV, None)
     folder = inflight_dir()
     if config.getoption("keep_tmp", False):
         print(f"tritonfuzz: temporary files kept in {folder}", file=sys.__stderr__)
         return
     import shutil
     shutil.rmtree(folder, ignore_errors=True)
+
+
+MPS_DAEMON = pytest.StashKey()  # the private daemon this run started (oracles/platform/mps.py)
+
+
+def share_gpu_through_mps(config) -> None:
+    """A GPU gate drawing in several shards runs them under CUDA MPS (--gate-mps auto): the
+    workers join a private daemon through their xdist specs' environment; the controller, which
+    replays device faults alone, does not. Without it (no control binary, another gate's daemon)
+    the shards take turns on the GPU as before, and the header says why."""
+    config.stash[GPU_SHARING] = ""
+    if gate_shards() <= 1 or not config.getoption("tx", None) or not gpu_available():
+        return
+    if config.getoption("gate_mps") == "off":
+        config.stash[GPU_SHARING] = "the shards take turns on the GPU (--gate-mps off)"
+        return
+    if mps.running_daemon():  # someone's daemon: every client joins it already
+        os.environ[mps.MARKER_ENV] = "shared"
+        config.stash[GPU_SHARING] = f"the shards join the running MPS daemon ({mps.running_daemon()})"
+        return
+    daemon, why = start_private_mps()
+    if daemon is None:
+        config.stash[GPU_SHARING] = f"the shards take turns on the GPU (no MPS: {why})"
+        return
+    config.stash[MPS_DAEMON] = daemon
+    config.option.tx = mps.with_worker_env(list(config.option.tx), daemon.env)
+    os.environ[mps.MARKER_ENV] = "private"
+    config.stash[GPU_SHARING] = f"the shards share the GPU through a private MPS daemon ({daemon.folder})"
 
 
 def freeze_hypothesis_local_constants():
@@ -300,6 +340,8 @@ def pytest_report_header(config):
     if interpreted():
         from oracles.platform.interpreter import bf16_arithmetic_is_exact
         lines.append(f"tritonfuzz: interpreter bf16 arithmetic exact: {bf16_arithmetic_is_exact()}")
+    if config.stash.get(GPU_SHARING, ""):
+        lines.append(f"tritonfuzz: {config.stash[GPU_SHARING]}")
     env = {k: v for k, v in os.environ.items() if k.startswith("TRITONFUZZ_")}
     if env:
         lines.append("tritonfuzz env: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
@@ -470,6 +512,11 @@ def fuzz(request, run_options, shard) -> Fuzz:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if call.excinfo is not None and mps.under_mps() and in_worker() and context_lost(call.excinfo.value):
+        impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
+        end_worker_after_lost_context(getattr(impl, "op", "?"), getattr(impl, "name", item.nodeid),
+                                      kernel_option_for(item.config, impl) if impl is not None else None,
+                                      str(call.excinfo.value))
     if call.when == "call" and call.excinfo is not None and isinstance(call.excinfo.value, BudgetSpent) \
             and isinstance(getattr(item, "funcargs", {}).get("fuzz"), Fuzz):
         report.outcome, report.longrepr = "passed", None  # its budget ended a gate property: every case passed

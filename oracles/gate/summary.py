@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 
 from oracles.gate import accounting
-from oracles.gate.fuzz import KERNELS, ROOT, strict
+from oracles.gate.fuzz import GPU_SHARING, KERNELS, ROOT, strict
 from oracles.gate.report import ImplementationSummary, dumps, overall_verdict, render_table, report_json
 from oracles.harness.inflight import crashed_case_verdict, inflight_dir
 from oracles.platform.device import gpu_available, suite_device
@@ -146,6 +146,8 @@ class GateSummary:
         budget = config.getoption("gate_budget")
         summaries = self.reported()
         terminalreporter.section("tritonfuzz verdict")
+        if config.stash.get(GPU_SHARING, ""):
+            terminalreporter.write_line(f"shards: {config.stash[GPU_SHARING]}")
         for s in summaries:
             terminalreporter.write_line(render_table(s, budget))
             terminalreporter.write_line("")

@@ -123,6 +123,13 @@ def device_fault(error: BaseException | None) -> bool:
     return any(any(marker in str(e) for marker in _CONTEXT_FAULT_MARKERS) for e in error_chain(error))
 
 
+def context_lost(error: BaseException | None) -> bool:
+    """device_fault anywhere in an error, its causes, or the members of an exception group (as
+    Hypothesis reports several errors of one test)."""
+    return device_fault(error) or any(context_lost(member) for e in error_chain(error)
+                                      for member in getattr(e, "exceptions", ()) or ())
+
+
 def device_fault_verdict(problem: str) -> Verdict:
     """The verdict on a case that faulted the GPU: a failure whatever the input (a refusal never
     faults), and nothing more is checked -- every later CUDA call of this process would fail."""

@@ -16,6 +16,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from oracles.platform.mps import under_mps
 from strategies.case import case_from_json, case_to_json
 from strategies.fixtures import is_default_root
 
@@ -83,8 +84,22 @@ def end_worker_after_device_fault(case, implementation, kernel_option, message: 
     os._exit(DEVICE_FAULT_EXIT_CODE)
 
 
+def end_worker_after_lost_context(op: str, implementation: str, kernel_option, message: str) -> None:
+    """Under MPS: this worker's CUDA context was lost outside a kernel call of its own (another
+    shard's kernel faulted; MPS hands the fault to every client). Every later CUDA call would
+    fail, and MPS takes no new client until this one exits: the worker records that it had no
+    case in flight and exits like a faulting one."""
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    first_line = message.strip().splitlines()[0] if message.strip() else "context lost"
+    record = {"op": op, "implementation": implementation, "kernel_option": kernel_option, "summary": None,
+              "case": None, "reason": f"device fault ({first_line[:300]})"}
+    (inflight_dir() / f"{worker}.json").write_text(json.dumps(record))
+    os._exit(DEVICE_FAULT_EXIT_CODE)
+
+
 def crashed_case_verdict(config, report) -> dict | None:
-    """On the controller: the in-flight record of the worker that died, as a verdict + fixture."""
+    """On the controller: the in-flight record of the worker that died, as a verdict + fixture.
+    Under MPS a device fault's case is first replayed alone (mps_attribution)."""
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
     if worker is None:
         return None
@@ -93,8 +108,14 @@ def crashed_case_verdict(config, report) -> dict | None:
         return None
     record = json.loads(path.read_text())
     path.unlink()
-    message = f"{record['reason']} on case: {record['summary']}"
+    where = f"on case: {record['summary']}" if record["summary"] else "outside a kernel call (no case in flight)"
+    message = f"{record['reason']} {where}"
     out = {"op": record["op"], "implementation": record["implementation"], "message": message}
+    if record["reason"].startswith("device fault") and under_mps():
+        faulting, note = mps_attribution(record)
+        out["message"] += f" -- {note}"
+        if not faulting:
+            return out
     if record["case"] is not None:
         from oracles.harness.failures import record_crash_fixture
         root = Path(config.getoption("regressions_dir"))
@@ -105,3 +126,24 @@ def crashed_case_verdict(config, report) -> dict | None:
             custom_root=not is_default_root(root))
         out["message"] += f"\nfixture: {fixture}\nreplay: {replay}"
     return out
+
+
+def mps_attribution(record: dict) -> tuple[bool, str]:
+    """(whether the record's case is named as the fault's, why): its case replayed alone, without
+    MPS. A case that runs clean alone was another shard's victim: no fixture for it. One that
+    faults alone, or whose replay cannot tell, keeps its fixture."""
+    prefix = ("the GPU was shared by the gate's shards through MPS, which hands one client's fault to every "
+              "client")
+    if record["summary"] is None:
+        return False, f"{prefix}: this worker lost its context while it ran no kernel (another shard's case faulted)"
+    if record["case"] is None:
+        return True, f"{prefix}; the case was too large to record (over {MAX_RECORDED_BYTES >> 20} MiB), so it " \
+                     f"could not be replayed alone to tell whether it is the faulting one"
+    from oracles.harness.alone import faults_alone
+    faulted, why = faults_alone(record)
+    if faulted is None:
+        return True, f"{prefix}; replaying the case alone could not tell ({why}), so its fixture is kept"
+    if faulted:
+        return True, f"{prefix}; replayed alone, without MPS, the case faults again: it is the faulting case"
+    return False, (f"{prefix}; replayed alone, without MPS, the case ran clean: another shard's case faulted "
+                   f"(no fixture for this one)")

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from oracles.tolerances import (DIV_ULPS, EXP_ULPS, FLT32_MAX, FLT32_TINY, RSQRT_ULPS, U32, gamma,
+from oracles.tolerances import (DIV_ULPS, EXP_ARG_ULPS, EXP_ULPS, FLT32_MAX, FLT32_TINY, RSQRT_ULPS, U32, gamma,
                                 overflow_threshold, ulp)
 from oracles.verdict import (DEGENERATE, FTZ, PASS, Check, bounded_check, contract_check, judge_check, judge_on_rows,
                              on_device, specials_check)
@@ -150,7 +150,7 @@ def accuracy_bound(o: Oracle64, x: torch.Tensor, hc_scale, hc_base, hc_eps, out_
               (A_j = sum |W_ji f_i|; K+2 covers normalizing f before the dot, r*f rounded;
                2^-150 per product or partial sum rounded into the subnormal range)
       z_j = m_j scale + base_j:              |dz_j| <= |scale| |dm_j| + 2u (|m_j scale| + |base_j|)
-      sigma_j via exp: exp(-z) = 2^(-z log2 e), rel error (|z| + EXP_ULPS) u; then 1/(1+e):
+      sigma_j via exp: exp(-z) = 2^(-z log2 e), rel error (EXP_ARG_ULPS |z| + EXP_ULPS) u; then 1/(1+e):
                                              |dsigma_j| <= S'_j (|dz_j| + (|z_j| + EXP_ULPS) u)
                                                            + DIV_ULPS u sigma_j + 2 FLT_MIN
               (S'_j = max sigmoid slope within |dz_j| of z_j; 2 FLT_MIN: exp overflow gives
@@ -172,7 +172,7 @@ def accuracy_bound(o: Oracle64, x: torch.Tensor, hc_scale, hc_base, hc_eps, out_
     dm = o.r[:, None] * (gamma(K + 2) * o.dot_abs + (K + 2) * SUBNORMAL_HALF_SPACING) + mixes * (rel_r + U32)
     dz = abs(scale) * dm + 2 * U32 * (mixes * abs(scale) + base)
     slope = max_sigmoid_slope(o.z, dz)
-    dsigma = slope * (dz + (o.z.abs() + EXP_ULPS) * U32) + DIV_ULPS * U32 * o.sigma + 2 * FLT32_TINY
+    dsigma = slope * (dz + (EXP_ARG_ULPS * o.z.abs() + EXP_ULPS) * U32) + DIV_ULPS * U32 * o.sigma + 2 * FLT32_TINY
     dsigma = dsigma.clamp_max(1.0)  # both sigmoids lie in [0, 1]
     dpre = dsigma + U32 * (o.sigma + abs(hc_eps))
     pre_x = o.pre.abs()[:, :, None] * xd                               # [T, h, H]

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, SUBNORMAL_STEP, U32, gamma, overflow_threshold, ulp
+from oracles.tolerances import DIV_ULPS, EXP_ARG_ULPS, EXP_ULPS, FLT32_TINY, SUBNORMAL_STEP, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
                              contract_check, fmt, judge_check, judge_on_rows, on_device, specials_check)
 from oracles.ops import OpSpec
@@ -221,12 +221,12 @@ def _rank_space(lo, hi, nan):
 def sigmoid_error(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """Bound on |fl32(sigmoid(x)) - sigmoid(x)| for an exactly representable x, float64.
 
-    exp(-x) as 2^(-x log2 e): the scaled argument's rounding is |x| u of relative error on e, the
-    approximate ex2 EXP_ULPS u more; d sigmoid / d ln e = -sigmoid (1 - sigmoid). 1 / (1 + e): an
+    exp(-x) as 2^(-x log2 e): the scaled argument's rounding is EXP_ARG_ULPS |x| u of relative error
+    on e, the approximate ex2 EXP_ULPS u more; d sigmoid / d ln e = -sigmoid (1 - sigmoid). 1 / (1 + e): an
     add and a division, DIV_ULPS u of sigmoid. Plus 2 FLT_MIN: exp(-x) overflows for x < -88.7 and
     gives 0 where the true sigmoid is below FLT_MIN, and a GPU may flush a subnormal result."""
     slope = p * torch.sigmoid(-x)                     # sigmoid(1 - sigmoid) without cancellation
-    exp_term = torch.where(slope > 0, slope * (x.abs() + EXP_ULPS) * U32, torch.zeros_like(slope))
+    exp_term = torch.where(slope > 0, slope * (EXP_ARG_ULPS * x.abs() + EXP_ULPS) * U32, torch.zeros_like(slope))
     return exp_term + DIV_ULPS * U32 * p + 2 * FLT32_TINY
 
 
@@ -234,14 +234,14 @@ def sqrt_softplus_error(x: torch.Tensor, sp: torch.Tensor, act: torch.Tensor) ->
     """Bound on |fl32(sqrt(softplus(x))) - sqrt(softplus(x))|, float64.
 
     softplus, either as log1p(exp(x)) (torch) or max(x, 0) + log1p(exp(-|x|)): exp's relative
-    error (|x| + EXP_ULPS) u moves the log1p by y / (1 + y) <= sigmoid(x) times it; log1p and the
+    error (EXP_ARG_ULPS |x| + EXP_ULPS) u moves the log1p by y / (1 + y) <= sigmoid(x) times it; log1p and the
     add LOG_ULPS u + u of the result; 2 FLT_MIN for an exp that underflows or flushes (x below
     -87: the true softplus is then below FLT_MIN). torch's cut at x > 20 (softplus = x) is within
     u x. Then sqrt: |sqrt(a) - sqrt(b)| <= |a - b| / (sqrt(a) + sqrt(b)), or sqrt(b + |a - b|)
     when |a - b| >= b (near 0, where float32 softplus flushes to 0: its sqrt is still ~1e-19),
     plus SQRT_ULPS u of the result."""
     sig = torch.sigmoid(x)
-    dsp = torch.where(sig > 0, sig * (x.abs() + EXP_ULPS) * U32, torch.zeros_like(sig)) \
+    dsp = torch.where(sig > 0, sig * (EXP_ARG_ULPS * x.abs() + EXP_ULPS) * U32, torch.zeros_like(sig)) \
         + (LOG_ULPS + 1) * U32 * sp + 2 * FLT32_TINY
     root = torch.where(sp > dsp, dsp / (sp.sqrt() + (sp - dsp).clamp_min(0).sqrt()), (sp + dsp).sqrt())
     return root + SQRT_ULPS * U32 * act
@@ -252,13 +252,13 @@ def softcap_error(s: torch.Tensor, c: float) -> torch.Tensor:
 
     t = s / c rounds (u |t|: sech^2(t) |t| u on tanh); c itself is rounded to float32, which
     moves c tanh(s / c) by at most u |c| (|tanh t| + |t| sech^2 t); tanh, as (1 - e) / (1 + e)
-    with e = exp(-2|t|), is off by sech^2(t) (|t| + EXP_ULPS / 2) u (exp's relative error on e)
+    with e = exp(-2|t|), is off by sech^2(t) (EXP_ARG_ULPS |t| + EXP_ULPS / 2) u (exp's relative error on e)
     plus (DIV_ULPS + 2) u |tanh t| (two adds and a division) -- a more accurate tanh is inside
     this; the product c tanh: u |l|. 2 FLT_MIN for flushed subnormals."""
     t = s / c
     th = torch.tanh(t)
     sech2 = 1.0 / torch.cosh(t) ** 2                  # cosh overflows to inf beyond 710: sech2 0
-    tanh_err = sech2 * (t.abs() + EXP_ULPS / 2) * U32 + (DIV_ULPS + 2) * U32 * th.abs()
+    tanh_err = sech2 * (EXP_ARG_ULPS * t.abs() + EXP_ULPS / 2) * U32 + (DIV_ULPS + 2) * U32 * th.abs()
     ac = abs(c)
     return ac * (tanh_err + sech2 * t.abs() * U32) + U32 * ac * (th.abs() + t.abs() * sech2) \
         + U32 * (c * th).abs() + 2 * FLT32_TINY
@@ -270,7 +270,7 @@ def scores64(scores, bias, scoring_func="sigmoid", moe_softcapping=0.0) -> Score
 
     Softmax: act_e = exp(z_e) / sum_j exp(z_j), z = sel - max(sel). A sel error t_j moves act_e by
     act_e (t_e + sum_j act_j t_j) to first order; float32 evaluation adds z's rounding and exp's
-    error, (2|z| + EXP_ULPS) u relative on each term, gamma_{N-1} on the sum and DIV_ULPS u on the
+    error, ((1 + EXP_ARG_ULPS) |z| + EXP_ULPS) u relative on each term, gamma_{N-1} on the sum and DIV_ULPS u on the
     division; every exp may flush or underflow (FLT_MIN each, over a sum >= 1): + FLT_MIN (2 + N act_e).
     """
     x = scores.detach().double()                       # upcast: exact for bf16/fp16/fp32
@@ -301,7 +301,7 @@ def scores64(scores, bias, scoring_func="sigmoid", moe_softcapping=0.0) -> Score
         tol = torch.where(finite, tol, torch.zeros_like(tol))
         row_max = torch.where(finite, sel, -math.inf).amax(-1, keepdim=True)
         z = torch.where(finite & row_max.isfinite(), row_max - sel, torch.zeros_like(sel))
-        rel = 2 * z * U32 + EXP_ULPS * U32                # z's rounding and exp's error, relative
+        rel = (1 + EXP_ARG_ULPS) * z * U32 + EXP_ULPS * U32                # z's rounding and exp's error, relative
         # Every exponent may move by tol + rel: act lies in the softmax's interval over those
         # moves (first order: act_e (t_e + sum_j act_j t_j), the bound above). Linearized, it was
         # unsound where t is not small: bf16 scores near 1e30 with a bias below half a float32

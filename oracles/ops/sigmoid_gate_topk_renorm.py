@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import torch
 
-from oracles.tolerances import DIV_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
+from oracles.tolerances import DIV_ULPS, EXP_ARG_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
                              contract_check, fmt, judge_check, judge_on_rows, on_device, specials_check)
 from oracles.ops import OpSpec
@@ -135,14 +135,14 @@ class Scores64:
 def sigmoid_error(a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """Bound on |fl32(sigmoid(a)) - sigmoid(a)| for an exactly representable a, float64 [..].
 
-    sigmoid via exp: e = exp(-a) = 2^(-a log2 e); rounding the scaled argument costs |a| u of
-    relative error on e and ex2.approx EXP_ULPS u more; d sigmoid = sigmoid (1 - sigmoid) rel(e).
+    sigmoid via exp: e = exp(-a) = 2^(-a log2 e); rounding the scaled argument costs EXP_ARG_ULPS
+    |a| u of relative error on e and ex2.approx EXP_ULPS u more; d sigmoid = sigmoid (1 - sigmoid) rel(e).
     Then 1 / (1 + e): an add and a division, DIV_ULPS u of sigmoid. Plus 2 FLT_MIN: exp(-a)
     overflows for a < -88.7 and gives sigmoid = 0 where the true value is below FLT_MIN (torch's
     CPU float32 sigmoid does this), and a GPU may flush a subnormal result to zero (FTZ).
     """
     slope = p * torch.sigmoid(-a)  # sigmoid'(a) without the cancellation of p (1 - p)
-    exp_term = torch.where(slope > 0, slope * (a.abs() + EXP_ULPS) * U32, torch.zeros_like(slope))
+    exp_term = torch.where(slope > 0, slope * (EXP_ARG_ULPS * a.abs() + EXP_ULPS) * U32, torch.zeros_like(slope))
     return exp_term + DIV_ULPS * U32 * p + 2 * FLT32_TINY
 
 
