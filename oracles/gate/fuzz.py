@@ -3,6 +3,7 @@ share: the kernels under test, the failures awaiting a fixture, a lost CUDA cont
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import re
@@ -16,12 +17,13 @@ import pytest
 from hypothesis import Phase, settings, target
 from hypothesis.control import current_build_context, currently_in_test_context
 
-from oracles.harness.differential import RunOptions, run_case
+from oracles.harness.differential import RunOptions, context_lost, run_case
 from oracles.harness.sampled_rows import sampled_row_case
 from oracles.harness.failures import Failure, failure_exception, failure_message, failure_signature, minimized_unsupported, record_fixture
-from oracles.harness.inflight import end_worker_after_device_fault, in_flight, in_worker
+from oracles.harness.inflight import end_worker_after_device_fault, end_worker_after_lost_context, in_flight, in_worker
 from oracles.platform.compile_deadline import CompileOverBudget, compile_deadline, deadline_fired
 from oracles.platform.device import interpreted
+from oracles.platform.mps import under_mps
 from oracles.gate.report import Tally
 from oracles.ops import get_op
 from oracles.verdict import FAIL as FAIL_STATUS
@@ -62,6 +64,7 @@ def case_rows(case) -> int:
 
 
 RECENT_CASES = 5  # the cases whose median time predicts the next one's (out_of_budget)
+RECENT_KERNEL_CASES = 3  # the kernel calls a worker's record offers for replay under MPS
 
 
 class SuiteError(Exception):
@@ -112,6 +115,9 @@ class Fuzz:
         self.last_progress = self.started
         self.case_seconds: list[float] = []  # how long each case took to judge, in order
         self.failing_choices: set = set()  # the Hypothesis choices (choices_key) of each failing example
+        # Under MPS a fault surfaces a call or two late, in any shard: the cases of this worker's
+        # last kernel calls, most recent first, go into its record (oracles/platform/mps.py).
+        self.recent_kernel_cases: collections.deque = collections.deque(maxlen=RECENT_KERNEL_CASES)
 
     def out_of_budget(self) -> bool:
         """Past --gate-budget, or a new case would likely end past it: one takes as long as the
@@ -160,6 +166,7 @@ class Fuzz:
                        timeout_s=self.case_timeout_s), self._suite_errors(implementation, case.summary()), \
                 compile_deadline(self.deadline(), enabled=not interpreted()):
             started = time.monotonic()
+            self.recent_kernel_cases.appendleft(case)
             try:
                 verdict = run_case(implementation.op, implementation.fn, case, self.options)
             except CompileOverBudget:
@@ -200,10 +207,18 @@ class Fuzz:
         try:
             yield
         except Exception as e:
+            self.end_worker_if_context_lost(e, implementation)
             where = "".join(traceback.format_exception(e, limit=-3)).strip()
             raise SuiteError(f"tritonfuzz failed while judging {implementation.op} / {implementation.name} on "
                              f"case {what}: {type(e).__name__}: {e}. This is the suite's error, not "
                              f"the kernel's; please report it with this message and:\n{where}") from e
+
+    def end_worker_if_context_lost(self, error: BaseException, implementation) -> None:
+        """Under MPS, in a worker: a CUDA context lost outside a kernel call ends the worker, with
+        its recent kernel cases for the controller to replay alone (not the suite's error)."""
+        if under_mps() and in_worker() and context_lost(error):
+            end_worker_after_lost_context(implementation, kernel_option_for(self.node.config, implementation),
+                                          str(error), list(self.recent_kernel_cases))
 
     def record(self, case, implementation, verdict):
         """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it."""
@@ -217,7 +232,7 @@ class Fuzz:
         if verdict.device_lost:
             if in_worker():  # the controller turns the in-flight record into the verdict and fixture
                 end_worker_after_device_fault(case, implementation, kernel_option_for(self.node.config, implementation),
-                                              verdict.render())
+                                              verdict.render(), earlier=list(self.recent_kernel_cases)[1:])
             LOST_DEVICE.append(f"{implementation.name} faulted the GPU in {self.node.nodeid} on case {case.summary()}")
         margin = verdict.accuracy_margin()
         if margin is not None and climbing_targets():

@@ -25,9 +25,9 @@ from oracles.gate.fuzz import (FAILURES, GPU_SHARING, KERNELS, MINIMIZE_ERRORS, 
                                end_when_budget_spent, is_custom_root, kernel_option_for, skip_if_device_lost, strict)
 from oracles.gate.summary import GateSummary
 from oracles.gate.worker_exit import BoundedWorkerExit
-from oracles.harness.differential import RunOptions, context_lost
+from oracles.harness.differential import RunOptions
 from oracles.harness.failures import Failure, minimized, record_fixture
-from oracles.harness.inflight import end_worker_after_lost_context, in_worker, inflight_dir
+from oracles.harness.inflight import inflight_dir
 from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,
                                     limit_bytes, process_limit)
 from oracles.ops import OPS
@@ -512,16 +512,14 @@ def fuzz(request, run_options, shard) -> Fuzz:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if call.excinfo is not None and mps.under_mps() and in_worker() and context_lost(call.excinfo.value):
-        impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
-        end_worker_after_lost_context(getattr(impl, "op", "?"), getattr(impl, "name", item.nodeid),
-                                      kernel_option_for(item.config, impl) if impl is not None else None,
-                                      str(call.excinfo.value))
+    fuzz = getattr(item, "funcargs", {}).get("fuzz")
+    impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
+    if call.excinfo is not None and isinstance(fuzz, Fuzz) and impl is not None:  # a draw's lost context, under MPS
+        fuzz.end_worker_if_context_lost(call.excinfo.value, impl)
     if call.when == "call" and call.excinfo is not None and isinstance(call.excinfo.value, BudgetSpent) \
-            and isinstance(getattr(item, "funcargs", {}).get("fuzz"), Fuzz):
+            and isinstance(fuzz, Fuzz):
         report.outcome, report.longrepr = "passed", None  # its budget ended a gate property: every case passed
     report.user_properties = list(report.user_properties)  # pytest shares one list across phases
-    impl = getattr(getattr(item, "callspec", None), "params", {}).get("implementation")
     if impl is not None:
         report.user_properties.append(("tritonfuzz_impl", {"op": impl.op, "implementation": impl.name,
                                                            "role": item_role(item)}))

@@ -73,27 +73,32 @@ def _hang(path: Path, record: dict, timeout_s: float) -> None:
     os._exit(HANG_EXIT_CODE)  # the kernel holds the interpreter or the GPU; only the process can go
 
 
-def end_worker_after_device_fault(case, implementation, kernel_option, message: str) -> None:
+def end_worker_after_device_fault(case, implementation, kernel_option, message: str, earlier=()) -> None:
     """The kernel faulted the GPU: every later CUDA call of this worker would fail, so the worker
     records the case as its in-flight crash and exits; the controller turns the record into a
-    verdict and a fixture (crashed_case_verdict) and xdist starts a fresh worker for the rest."""
-    worker = os.environ["PYTEST_XDIST_WORKER"]
+    verdict and a fixture (crashed_case_verdict) and xdist starts a fresh worker for the rest.
+    Under MPS the worker's earlier kernel cases go with it (`earlier`, most recent first)."""
     first_line = message.strip().splitlines()[0] if message.strip() else "device fault"
-    record = _record(case, implementation, kernel_option, reason=f"device fault ({first_line[:300]})")
-    (inflight_dir() / f"{worker}.json").write_text(json.dumps(record))
-    os._exit(DEVICE_FAULT_EXIT_CODE)
+    _exit_with(_record(case, implementation, kernel_option, reason=f"device fault ({first_line[:300]})"), earlier)
 
 
-def end_worker_after_lost_context(op: str, implementation: str, kernel_option, message: str) -> None:
-    """Under MPS: this worker's CUDA context was lost outside a kernel call of its own (another
-    shard's kernel faulted; MPS hands the fault to every client). Every later CUDA call would
-    fail, and MPS takes no new client until this one exits: the worker records that it had no
-    case in flight and exits like a faulting one."""
-    worker = os.environ["PYTEST_XDIST_WORKER"]
+def end_worker_after_lost_context(implementation, kernel_option, message: str, recent=()) -> None:
+    """Under MPS: this worker's CUDA context was lost outside a kernel call (the fault of an
+    earlier call of its own, or of another shard's: MPS hands a fault to every client, a call or
+    two late). Every later CUDA call would fail, and MPS takes no new client until this one exits:
+    the worker records its most recent kernel cases (`recent`, most recent first) and exits like a
+    faulting one."""
     first_line = message.strip().splitlines()[0] if message.strip() else "context lost"
-    record = {"op": op, "implementation": implementation, "kernel_option": kernel_option, "summary": None,
-              "case": None, "reason": f"device fault ({first_line[:300]})"}
-    (inflight_dir() / f"{worker}.json").write_text(json.dumps(record))
+    reason = f"device fault (the CUDA context was lost outside a kernel call: {first_line[:300]})"
+    if recent:
+        _exit_with(_record(recent[0], implementation, kernel_option, reason=reason), recent[1:])
+    _exit_with({"op": implementation.op, "implementation": implementation.name, "kernel_option": kernel_option,
+                "summary": None, "case": None, "reason": reason}, ())
+
+
+def _exit_with(record: dict, earlier) -> None:
+    record["earlier"] = [case_to_json(c) for c in earlier if _case_bytes(c) <= MAX_RECORDED_BYTES]
+    (inflight_dir() / f"{os.environ['PYTEST_XDIST_WORKER']}.json").write_text(json.dumps(record))
     os._exit(DEVICE_FAULT_EXIT_CODE)
 
 
@@ -111,39 +116,43 @@ def crashed_case_verdict(config, report) -> dict | None:
     where = f"on case: {record['summary']}" if record["summary"] else "outside a kernel call (no case in flight)"
     message = f"{record['reason']} {where}"
     out = {"op": record["op"], "implementation": record["implementation"], "message": message}
+    case = record["case"]
     if record["reason"].startswith("device fault") and under_mps():
-        faulting, note = mps_attribution(record)
+        case, note = mps_attribution(record)
         out["message"] += f" -- {note}"
-        if not faulting:
-            return out
-    if record["case"] is not None:
+    if case is not None:
         from oracles.harness.failures import record_crash_fixture
         root = Path(config.getoption("regressions_dir"))
         check = "device-fault" if record["reason"].startswith("device fault") else record["reason"].split()[0]
         fixture, replay = record_crash_fixture(
-            case_from_json(record["case"]), root, op=record["op"], implementation=record["implementation"],
+            case_from_json(case), root, op=record["op"], implementation=record["implementation"],
             kernel_option=record["kernel_option"], check=check, message=message,
             custom_root=not is_default_root(root))
         out["message"] += f"\nfixture: {fixture}\nreplay: {replay}"
     return out
 
 
-def mps_attribution(record: dict) -> tuple[bool, str]:
-    """(whether the record's case is named as the fault's, why): its case replayed alone, without
-    MPS. A case that runs clean alone was another shard's victim: no fixture for it. One that
-    faults alone, or whose replay cannot tell, keeps its fixture."""
-    prefix = ("the GPU was shared by the gate's shards through MPS, which hands one client's fault to every "
-              "client")
-    if record["summary"] is None:
-        return False, f"{prefix}: this worker lost its context while it ran no kernel (another shard's case faulted)"
-    if record["case"] is None:
-        return True, f"{prefix}; the case was too large to record (over {MAX_RECORDED_BYTES >> 20} MiB), so it " \
-                     f"could not be replayed alone to tell whether it is the faulting one"
-    from oracles.harness.alone import faults_alone
-    faulted, why = faults_alone(record)
-    if faulted is None:
-        return True, f"{prefix}; replaying the case alone could not tell ({why}), so its fixture is kept"
-    if faulted:
-        return True, f"{prefix}; replayed alone, without MPS, the case faults again: it is the faulting case"
-    return False, (f"{prefix}; replayed alone, without MPS, the case ran clean: another shard's case faulted "
-                   f"(no fixture for this one)")
+def mps_attribution(record: dict) -> tuple[dict | None, str]:
+    """(the case to name as the fault's, as JSON, or None; why): the record's cases (the one in
+    flight, then the worker's earlier kernel calls) replayed alone, without MPS. The first that
+    faults is named; when all run clean, the worker was another shard's victim and nothing is
+    named; when the replay cannot tell, the case in flight keeps its fixture."""
+    from oracles.harness.alone import candidates, faults_alone
+    prefix = "the GPU was shared by the gate's shards through MPS, which hands one client's fault to every client"
+    if not candidates(record):
+        if record["summary"] is None:
+            return None, f"{prefix}: this worker had run no kernel yet (another shard's case faulted)"
+        return None, (f"{prefix}; the case was too large to record (over {MAX_RECORDED_BYTES >> 20} MiB), so it "
+                      f"could not be replayed alone to tell whether it is the faulting one")
+    status, index, why = faults_alone(record)
+    tried = len(candidates(record))
+    if status == "unknown":
+        return record["case"], f"{prefix}; replaying its {tried} recent case(s) alone could not tell ({why})"
+    if status == "clean":
+        return None, (f"{prefix}; replayed alone, without MPS, this worker's {tried} recent case(s) ran clean: "
+                      f"another shard's case faulted (no fixture from this worker)")
+    case = candidates(record)[index]
+    which = "the case in flight" if index == 0 and record["case"] is not None else \
+        f"its kernel call {index} before the last"
+    return case, (f"{prefix}; replayed alone, without MPS, {which} faults again: it is the faulting case "
+                  f"({case_from_json(case).summary()})")

@@ -136,28 +136,41 @@ class _Config:
         return str(self.root)
 
 
-@pytest.mark.parametrize("alone_result, named", [((True, ""), True), ((False, ""), False),
-                                                 ((None, "the replay ran past 600 s"), True)])
+@pytest.mark.parametrize("alone_result, named", [(("faults", 0, ""), 0), (("faults", 1, ""), 1),
+                                                 (("clean", None, ""), None),
+                                                 (("unknown", None, "the replay ran past 600 s"), 0)])
 def test_under_mps_a_fault_names_only_a_case_that_faults_alone(tmp_path, monkeypatch, alone_result, named):
-    """Under MPS a device fault reaches every shard: a record whose case runs clean alone is
-    another shard's victim and gets no fixture; one that faults alone, or whose replay cannot
-    tell, keeps its fixture. Without MPS nothing is replayed."""
+    """Under MPS a device fault reaches every shard, a call or two late: the record's cases (the
+    one in flight, then the worker's earlier kernel calls) are replayed alone and the first that
+    faults gets the fixture; when all run clean the worker was another shard's victim and gets
+    none; when the replay cannot tell, the case in flight keeps its fixture. Without MPS nothing
+    is replayed."""
     monkeypatch.setenv(inflight.ENV_DIR, str(tmp_path / "inflight"))
     (tmp_path / "inflight").mkdir()
     replays = []
     monkeypatch.setattr(alone, "faults_alone", lambda record: replays.append(record) or alone_result)
+    in_flight_case, earlier_case = _cases()
+    record = {**_record(), "case": case_to_json(in_flight_case), "summary": in_flight_case.summary(),
+              "earlier": [case_to_json(earlier_case)]}
     for marker in ("private", ""):
         monkeypatch.setenv(mps.MARKER_ENV, marker)
-        (tmp_path / "inflight" / "gw3.json").write_text(json.dumps(_record()))
+        (tmp_path / "inflight" / "gw3.json").write_text(json.dumps(record))
         root = tmp_path / f"regressions-{marker or 'none'}"
         out = inflight.crashed_case_verdict(_Config(root), _Report())
-        fixtures = list(root.rglob("*.json"))
+        fixtures = [case_from_json(json.loads(p.read_text())["case"]).summary() for p in root.rglob("*.json")]
         if marker:
-            assert len(replays) == 1 and case_from_json(replays[0]["case"]).summary() == _record()["summary"]
-            assert "through MPS" in out["message"] and (len(fixtures) == 1) == named, out["message"]
-            assert ("ran clean" in out["message"]) == (not named)
+            assert len(replays) == 1 and alone.candidates(replays[0]) == [record["case"], *record["earlier"]]
+            assert "through MPS" in out["message"], out["message"]
+            expected = [] if named is None else [(in_flight_case, earlier_case)[named].summary()]
+            assert fixtures == expected, out["message"]
+            assert ("ran clean" in out["message"]) == (named is None)
         else:
-            assert len(replays) == 1 and len(fixtures) == 1 and "MPS" not in out["message"]
+            assert len(replays) == 1 and fixtures == [in_flight_case.summary()] and "MPS" not in out["message"]
+
+
+def _cases():
+    cases = get_op("moe_fused_gate").judge_cases("cpu")
+    return cases[0], cases[3]
 
 
 def test_under_mps_a_worker_that_lost_its_context_without_a_case_is_named_a_victim(tmp_path, monkeypatch):
@@ -165,7 +178,7 @@ def test_under_mps_a_worker_that_lost_its_context_without_a_case_is_named_a_vict
     monkeypatch.setenv(mps.MARKER_ENV, "private")
     (tmp_path / "gw3.json").write_text(json.dumps(_record(case=False)))
     out = inflight.crashed_case_verdict(_Config(tmp_path / "regressions"), _Report())
-    assert "outside a kernel call" in out["message"] and "another shard's case faulted" in out["message"]
+    assert "outside a kernel call" in out["message"] and "had run no kernel yet" in out["message"]
     assert not (tmp_path / "regressions").exists()
 
 
@@ -181,8 +194,8 @@ def test_under_mps_a_case_too_large_to_record_is_not_called_a_victim(tmp_path, m
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the replay's failure path: a CPU machine has no GPU to replay on")
 def test_a_replay_that_cannot_run_says_why():
-    faulted, why = alone.faults_alone(_record(), timeout_s=300)
-    assert faulted is None and why == "the replay failed: RuntimeError: no GPU to replay the case on", why
+    status, index, why = alone.faults_alone(_record(), timeout_s=300)
+    assert (status, index, why) == ("unknown", None, "the replay failed: RuntimeError: no GPU to replay the case on")
 
 
 FAULTS_ON_BULK = textwrap.dedent('''
@@ -231,7 +244,7 @@ def test_a_sharded_gate_under_mps_names_only_cases_that_fault_alone(tmp_path):
     (impl,) = json.loads(report.read_text())["implementations"]
     crashes = "\n".join(impl["crashes"])
     assert done.returncode == 1 and impl["verdict"] == "fail" and impl["crashes"], verdict
-    assert "the case faults again" in crashes, crashes
+    assert "faults again: it is the faulting case" in crashes, crashes
     fixtures = [json.loads(p.read_text()) for p in (tmp_path / "regressions").rglob("*.json")]
     assert fixtures, verdict
     for f in fixtures:
