@@ -115,9 +115,10 @@ class Fuzz:
         self.last_progress = self.started
         self.case_seconds: list[float] = []  # how long each case took to judge, in order
         self.failing_choices: set = set()  # the Hypothesis choices (choices_key) of each failing example
-        # Under MPS a fault surfaces a call or two late, in any shard: the cases of this worker's
-        # last kernel calls, most recent first, go into its record (oracles/platform/mps.py).
-        self.recent_kernel_cases: collections.deque = collections.deque(maxlen=RECENT_KERNEL_CASES)
+        # Under MPS a fault surfaces a call or two late, in any shard: the in-flight records of this
+        # worker's last kernel calls (serialized before each call), most recent first, go into its
+        # crash record (oracles/platform/mps.py).
+        self.recent_records: collections.deque = collections.deque(maxlen=RECENT_KERNEL_CASES)
 
     def out_of_budget(self) -> bool:
         """Past --gate-budget, or a new case would likely end past it: one takes as long as the
@@ -163,10 +164,11 @@ class Fuzz:
                 raise BudgetSpent(f"--gate-budget={self.budget_s:g} s spent after {len(self.case_seconds)} case(s)")
             return None  # past the budget nothing new runs (shrink candidates pass)
         with in_flight(case, implementation, kernel_option_for(self.node.config, implementation),
-                       timeout_s=self.case_timeout_s), self._suite_errors(implementation, case.summary()), \
+                       timeout_s=self.case_timeout_s) as record, self._suite_errors(implementation, case.summary()), \
                 compile_deadline(self.deadline(), enabled=not interpreted()):
             started = time.monotonic()
-            self.recent_kernel_cases.appendleft(case)
+            if record is not None:
+                self.recent_records.appendleft(record)
             try:
                 verdict = run_case(implementation.op, implementation.fn, case, self.options)
             except CompileOverBudget:
@@ -218,7 +220,7 @@ class Fuzz:
         its recent kernel cases for the controller to replay alone (not the suite's error)."""
         if under_mps() and in_worker() and context_lost(error):
             end_worker_after_lost_context(implementation, kernel_option_for(self.node.config, implementation),
-                                          str(error), list(self.recent_kernel_cases))
+                                          str(error), list(self.recent_records))
 
     def record(self, case, implementation, verdict):
         """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it."""
@@ -232,7 +234,7 @@ class Fuzz:
         if verdict.device_lost:
             if in_worker():  # the controller turns the in-flight record into the verdict and fixture
                 end_worker_after_device_fault(case, implementation, kernel_option_for(self.node.config, implementation),
-                                              verdict.render(), earlier=list(self.recent_kernel_cases)[1:])
+                                              verdict.render(), recent=list(self.recent_records))
             LOST_DEVICE.append(f"{implementation.name} faulted the GPU in {self.node.nodeid} on case {case.summary()}")
         margin = verdict.accuracy_margin()
         if margin is not None and climbing_targets():

@@ -51,9 +51,11 @@ def in_worker() -> bool:
 
 @contextmanager
 def in_flight(case, implementation, kernel_option, *, timeout_s: float):
+    """Yields the case's record (None outside a worker), serialized before the kernel runs: after
+    a device fault the case's GPU tensors can no longer be read."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:  # no worker process to lose: nothing to record
-        yield
+        yield None
         return
     path = inflight_dir() / f"{worker}.json"
     record = _record(case, implementation, kernel_option)
@@ -62,7 +64,7 @@ def in_flight(case, implementation, kernel_option, *, timeout_s: float):
     timer.daemon = True
     timer.start()
     try:
-        yield
+        yield record
     finally:
         timer.cancel()
         path.unlink(missing_ok=True)
@@ -73,31 +75,36 @@ def _hang(path: Path, record: dict, timeout_s: float) -> None:
     os._exit(HANG_EXIT_CODE)  # the kernel holds the interpreter or the GPU; only the process can go
 
 
-def end_worker_after_device_fault(case, implementation, kernel_option, message: str, earlier=()) -> None:
+def end_worker_after_device_fault(case, implementation, kernel_option, message: str, recent=()) -> None:
     """The kernel faulted the GPU: every later CUDA call of this worker would fail, so the worker
     records the case as its in-flight crash and exits; the controller turns the record into a
     verdict and a fixture (crashed_case_verdict) and xdist starts a fresh worker for the rest.
-    Under MPS the worker's earlier kernel cases go with it (`earlier`, most recent first)."""
+    `recent`: the records of this worker's last kernel calls, most recent first, serialized
+    before the fault (the case's own among them when it ran through in_flight); under MPS the
+    earlier ones go with it."""
     first_line = message.strip().splitlines()[0] if message.strip() else "device fault"
-    _exit_with(_record(case, implementation, kernel_option, reason=f"device fault ({first_line[:300]})"), earlier)
+    reason = f"device fault ({first_line[:300]})"
+    if recent and recent[0]["summary"] == case.summary():
+        _exit_with({**recent[0], "reason": reason}, recent[1:])
+    _exit_with(_record(case, implementation, kernel_option, reason=reason), recent)
 
 
 def end_worker_after_lost_context(implementation, kernel_option, message: str, recent=()) -> None:
     """Under MPS: this worker's CUDA context was lost outside a kernel call (the fault of an
     earlier call of its own, or of another shard's: MPS hands a fault to every client, a call or
     two late). Every later CUDA call would fail, and MPS takes no new client until this one exits:
-    the worker records its most recent kernel cases (`recent`, most recent first) and exits like a
-    faulting one."""
+    the worker records its last kernel calls (`recent`, their records, most recent first) and
+    exits like a faulting one."""
     first_line = message.strip().splitlines()[0] if message.strip() else "context lost"
     reason = f"device fault (the CUDA context was lost outside a kernel call: {first_line[:300]})"
     if recent:
-        _exit_with(_record(recent[0], implementation, kernel_option, reason=reason), recent[1:])
+        _exit_with({**recent[0], "reason": reason}, recent[1:])
     _exit_with({"op": implementation.op, "implementation": implementation.name, "kernel_option": kernel_option,
                 "summary": None, "case": None, "reason": reason}, ())
 
 
 def _exit_with(record: dict, earlier) -> None:
-    record["earlier"] = [case_to_json(c) for c in earlier if _case_bytes(c) <= MAX_RECORDED_BYTES]
+    record["earlier"] = [r["case"] for r in earlier if r.get("case") is not None]
     (inflight_dir() / f"{os.environ['PYTEST_XDIST_WORKER']}.json").write_text(json.dumps(record))
     os._exit(DEVICE_FAULT_EXIT_CODE)
 

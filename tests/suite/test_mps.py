@@ -238,7 +238,7 @@ def test_a_sharded_gate_under_mps_names_only_cases_that_fault_alone(tmp_path):
                            f"--regressions-dir={tmp_path / 'regressions'}", "-p", "no:cacheprovider", "-q",
                            "-k", "test_kernel_agrees"], cwd=ROOT, capture_output=True, text=True, timeout=500)
     out = done.stdout + done.stderr
-    verdict = out[out.find("tritonfuzz verdict"):][:3000]
+    verdict = out[out.find("tritonfuzz verdict"):][:3000] if "tritonfuzz verdict" in out else out[-3000:]
     assert "shards: the shards share the GPU through a private MPS daemon" in out, verdict or out[-3000:]
     assert "INTERNALERROR" not in out, out[-3000:]
     (impl,) = json.loads(report.read_text())["implementations"]
