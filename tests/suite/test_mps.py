@@ -198,6 +198,63 @@ def test_a_replay_that_cannot_run_says_why():
     assert (status, index, why) == ("unknown", None, "the replay failed: RuntimeError: no GPU to replay the case on")
 
 
+LOSES_CONTEXT = textwrap.dedent('''
+    import importlib.util
+
+    import torch
+
+    _spec = importlib.util.spec_from_file_location("_bundled_moe", {bundled!r})
+    _bundled = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_bundled)
+    LOST = "CUDA error: an illegal memory access was encountered"
+
+
+    class _LostContext(torch.Tensor):
+        """An output whose every use fails as a lost CUDA context does: outside the kernel call."""
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            raise RuntimeError(LOST)
+
+
+    def moe_fused_gate(scores, bias, topk, **options):
+        weights, indices = _bundled.moe_fused_gate(scores, bias, topk, **options)
+        if scores.shape[0] == 37:  # the fault inside the kernel call
+            raise RuntimeError(LOST)
+        if scores.shape[0] == 83:  # the context lost after the call returned, as MPS may report it
+            return weights.as_subclass(_LostContext), indices
+        return weights, indices
+''')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the MPS plumbing with simulated faults: the CPU tier runs it")
+def test_under_mps_a_lost_context_anywhere_ends_the_worker_with_its_recent_cases(tmp_path):
+    """With the MPS marker set (as a sharded GPU gate sets it), a fault inside a kernel call and a
+    context lost after one both end their worker with the in-flight case's record, serialized
+    before the call; the controller replays each alone (here it cannot tell: no GPU), keeps the
+    case's fixture and says so; the other judge cases run in fresh workers, and nothing is the
+    suite's error."""
+    kernel = tmp_path / "loses_context.py"
+    kernel.write_text(LOSES_CONTEXT.format(bundled=str(ROOT / "kernels" / "moe_fused_gate.py")))
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=moe_fused_gate={kernel}", "-n", "2",
+                           "--gate-report", str(report), f"--regressions-dir={tmp_path / 'regressions'}",
+                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "-k", "judge_cases"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, mps.MARKER_ENV: "shared"})
+    out = done.stdout + done.stderr
+    assert "INTERNALERROR" not in out, out[-3000:]
+    (impl,) = json.loads(report.read_text())["implementations"]
+    crashes = "\n".join(impl["crashes"])
+    assert done.returncode == 1 and impl["verdict"] == "fail" and not impl["suite_errors"], out[-3000:]
+    assert len(impl["crashes"]) == 2 and crashes.count("replaying its") == 2, crashes
+    assert "the CUDA context was lost outside a kernel call" in crashes and "scores=[83x64]" in crashes, crashes
+    assert "scores=[37x256]" in crashes, crashes
+    fixtures = sorted(case_from_json(json.loads(p.read_text())["case"]).inputs["scores"].shape[0]
+                      for p in (tmp_path / "regressions").rglob("*.json"))
+    assert fixtures == [37, 83], crashes
+    assert impl["judge_official"]["passed"] >= 3, impl["judge_official"]
+
+
 FAULTS_ON_BULK = textwrap.dedent('''
     import importlib.util
 
