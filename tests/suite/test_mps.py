@@ -238,7 +238,7 @@ def test_under_mps_a_lost_context_anywhere_ends_the_worker_with_its_recent_cases
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=moe_fused_gate={kernel}", "-n", "2",
                            "--gate-report", str(report), f"--regressions-dir={tmp_path / 'regressions'}",
-                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "-k", "judge_cases"],
+                           "-p", "no:cacheprovider", "-q", "tests/kernel/test_ops.py", "-k", "judge_cases and not 512"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, mps.MARKER_ENV: "shared"})
     out = done.stdout + done.stderr
