@@ -181,7 +181,7 @@ class Fuzz:
             self.tally.budget_exhausted = True
             self.tally.abandoned += 1
             return None
-        return self.record(case, implementation, verdict)
+        return self.record(case, implementation, verdict, in_flight_record=record)
 
     def deadline(self) -> float | None:
         """When a drawn case's launches stop waiting for a Triton compile: the end of the budget.
@@ -222,8 +222,9 @@ class Fuzz:
             end_worker_after_lost_context(implementation, kernel_option_for(self.node.config, implementation),
                                           str(error), list(self.recent_records))
 
-    def record(self, case, implementation, verdict):
-        """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it."""
+    def record(self, case, implementation, verdict, in_flight_record=None):
+        """Tally a verdict (run here, or by a test itself as for the beyond-2^31 case) and fail on it.
+        `in_flight_record`: the case's record, serialized before its kernel call (check)."""
         __tracebackhide__ = True
         self._start(implementation)
         self.tally.add(verdict, case.summary(), rows=case_rows(case))
@@ -234,7 +235,8 @@ class Fuzz:
         if verdict.device_lost:
             if in_worker():  # the controller turns the in-flight record into the verdict and fixture
                 end_worker_after_device_fault(case, implementation, kernel_option_for(self.node.config, implementation),
-                                              verdict.render(), recent=list(self.recent_records))
+                                              verdict.render(), in_flight_record,
+                                              [r for r in self.recent_records if r is not in_flight_record])
             LOST_DEVICE.append(f"{implementation.name} faulted the GPU in {self.node.nodeid} on case {case.summary()}")
         margin = verdict.accuracy_margin()
         if margin is not None and climbing_targets():

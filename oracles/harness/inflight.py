@@ -75,18 +75,18 @@ def _hang(path: Path, record: dict, timeout_s: float) -> None:
     os._exit(HANG_EXIT_CODE)  # the kernel holds the interpreter or the GPU; only the process can go
 
 
-def end_worker_after_device_fault(case, implementation, kernel_option, message: str, recent=()) -> None:
+def end_worker_after_device_fault(case, implementation, kernel_option, message: str, in_flight_record=None,
+                                  earlier=()) -> None:
     """The kernel faulted the GPU: every later CUDA call of this worker would fail, so the worker
     records the case as its in-flight crash and exits; the controller turns the record into a
     verdict and a fixture (crashed_case_verdict) and xdist starts a fresh worker for the rest.
-    `recent`: the records of this worker's last kernel calls, most recent first, serialized
-    before the fault (the case's own among them when it ran through in_flight); under MPS the
-    earlier ones go with it."""
+    `in_flight_record`: the case's record from in_flight, serialized before the call (after a
+    fault a GPU case's tensors can no longer be read); `earlier`: the records of this worker's
+    earlier kernel calls, most recent first, which go with it for a replay under MPS."""
     first_line = message.strip().splitlines()[0] if message.strip() else "device fault"
     reason = f"device fault ({first_line[:300]})"
-    if recent and recent[0]["summary"] == case.summary():
-        _exit_with({**recent[0], "reason": reason}, recent[1:])
-    _exit_with(_record(case, implementation, kernel_option, reason=reason), recent)
+    record = in_flight_record or _record(case, implementation, kernel_option)
+    _exit_with({**record, "reason": reason}, earlier)
 
 
 def end_worker_after_lost_context(implementation, kernel_option, message: str, recent=()) -> None:
