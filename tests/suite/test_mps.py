@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -44,6 +45,9 @@ def fake_control(tmp_path, monkeypatch):
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv(mps.PIPE_ENV, str(tmp_path / "no-daemon"))
+    # the machine-wide lock and the daemon's folder go to this test's own temporary folder: tests
+    # running at once in other xdist workers (and real gates) keep theirs
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     return log
 
 
