@@ -3,9 +3,7 @@ first hand-out, and the stacks of a self-test that does not end. conftest.py cal
 
 from __future__ import annotations
 
-import contextlib
-import faulthandler
-import sys
+from oracles.platform.stacks import stacks_if_stuck  # noqa: F401  (conftest.py calls it from here)
 
 # The suite's longest tests start first: gates and engines in a subprocess (15-90 s each on a
 # 2-core CPU, up to 100 s beside 15 other workers on an H200) and the mutant properties; a long
@@ -44,13 +42,3 @@ def long_tests_apart(items: list, workers: int) -> list:
     head = [item for pair in zip(long[:paired], short[:paired]) for item in pair]
     return head + long[paired:] + short[paired:]
 
-
-@contextlib.contextmanager
-def stacks_if_stuck(after_s: float):
-    """Inside, a block still running after `after_s` seconds prints every thread's stack to the
-    process's stderr (under xdist a worker's stderr reaches the terminal)."""
-    faulthandler.dump_traceback_later(after_s, file=sys.__stderr__)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()

@@ -38,7 +38,6 @@ decide_platform()
 import argparse  # noqa: E402
 import os  # noqa: E402
 import contextlib  # noqa: E402
-import faulthandler  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -63,6 +62,7 @@ from oracles.harness.differential import RunOptions, call_kernel, raised_message
 from oracles.harness.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
 from oracles.gate.fuzz import end_unless_replaying, example_choices  # noqa: E402
 from oracles.platform.device import gpu_available, suite_device  # noqa: E402
+from oracles.platform.stacks import print_stacks_after  # noqa: E402
 from oracles.ops import OPS, get_op  # noqa: E402
 from oracles.tolerances import KERNELBENCH_TOLERANCE  # noqa: E402
 from oracles.verdict import FAIL, judge_check  # noqa: E402
@@ -73,7 +73,7 @@ MUTANTS_ROOT = ROOT / "tests" / "mutants"
 PHASES = ("property", "judge", "kernelbench")
 KERNELBENCH_TRIALS = 5
 KERNELBENCH_SEED = 42  # KernelBench draws its trial seeds from a generator seeded 42
-# A child that runs into its timeout dumps its Python stacks this long before (faulthandler): on an
+# A child that runs into its timeout prints its Python stacks this long before (oracles/platform/stacks.py): on an
 # H100 (2026-12-06) two moe mutants' children sat in one case for 130 s and said nothing of where.
 STACKS_BEFORE_TIMEOUT_S = 5.0
 STACKS_TAIL_CHARS = 6000
@@ -639,7 +639,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _child(args) -> int:
     if args.stacks_at:
-        faulthandler.dump_traceback_later(max(args.stacks_at - time.time(), 0.1), exit=False, file=sys.stderr)
+        print_stacks_after(max(args.stacks_at - time.time(), 0.1), file=sys.stderr)
     path = Path(args.one).resolve()
     op = path.parent.name
     listed = {m.path.resolve(): m for m in manifest(op)}

@@ -2,6 +2,7 @@
 round robin, and its share of the cores; a self-test stuck past suite_run.STACKS_AFTER_S prints its
 stacks; xdist's first hand-out gives each worker at most one long test."""
 
+import ctypes
 import os
 import time
 import types
@@ -38,11 +39,29 @@ def test_a_block_still_running_past_its_time_prints_its_stacks_and_one_that_ends
     with suite_run.stacks_if_stuck(0.2):
         time.sleep(0.6)
     err = capfd.readouterr().err
-    assert "Timeout (0:00:00.200000)!" in err and "test_a_block_still_running_past_its_time" in err, err[-2000:]
+    assert "Still running after 0.2 s" in err and "test_a_block_still_running_past_its_time" in err, err[-2000:]
     with suite_run.stacks_if_stuck(0.2):
         pass
     time.sleep(0.4)  # past the time: the dump was cancelled when the block ended
-    assert "Timeout" not in capfd.readouterr().err
+    assert "Still running" not in capfd.readouterr().err
+
+
+def test_a_block_holding_the_gil_in_c_still_prints_its_stacks_through_faulthandler(capfd):
+    """A thread stuck in C code with the GIL (libc sleep through PyDLL keeps it) starves the Python
+    watchdog; faulthandler, armed grace_s later, speaks instead, and names the stuck Python frame."""
+    libc_holding_the_gil = ctypes.PyDLL(None)
+    with suite_run.stacks_if_stuck(0.2, grace_s=0.3):
+        libc_holding_the_gil.usleep(1_500_000)
+    time.sleep(0.2)  # the watchdog got the GIL back only now, and prints its own view late
+    err = capfd.readouterr().err
+    assert "Timeout (0:00:00.500000)!" in err and "test_a_block_holding_the_gil_in_c" in err, err[-2000:]
+
+
+def test_a_watchdog_that_printed_disarms_faulthandler(capfd):
+    with suite_run.stacks_if_stuck(0.1, grace_s=0.2):
+        time.sleep(0.6)
+    err = capfd.readouterr().err
+    assert "Still running after 0.1 s" in err and "Timeout (" not in err, err[-2000:]
 
 
 def test_long_tests_are_paired_with_short_ones_in_the_first_hand_out():
