@@ -1,7 +1,8 @@
 """Where Triton's CPU interpreter (``TRITON_INTERPRET=1``) differs from a GPU, and the fixes:
 bfloat16 arithmetic (below), ``@triton.autotune`` (``enable_autotuning``), scalars used as Python
 ints under Triton 3.6 (``enable_scalar_index``), a launch's compiled kernel kept and launched
-again (``enable_compiled_handles``); ``patch_interpreter()`` applies all four.
+again (``enable_compiled_handles``); and one for speed, the language's builtins found once
+(``enable_cached_builtins``). ``patch_interpreter()`` applies all five.
 
 The gap
 -------
@@ -703,10 +704,67 @@ def enable_compiled_handles() -> None:
     InterpretedFunction.run = run
 
 
+# ---------------------------------------------------------------------------------------------
+# The language's builtins, found once
+
+
+def _members_signature(pkg) -> tuple:
+    """Changes when an attribute is added to or removed from `pkg` or (for a class) its bases."""
+    owners = pkg.__mro__ if isinstance(pkg, type) else (pkg,)
+    return tuple(len(vars(owner)) for owner in owners if hasattr(owner, "__dict__"))
+
+
+def enable_cached_builtins() -> None:
+    """Each launch, and each call of one @triton.jit function from another, makes the interpreter
+    wrap every builtin of triton.language, tl.math and tl.tensor (``_patch_builtin``), finding them
+    with ``inspect.getmembers``, which reads and sorts every attribute each time: 13 s of the 53 s
+    a two-bug hc_head property spent in its kernel on the CPU (cProfile, 2026-12-06). The names of
+    the builtins are kept per package instead, found again whenever the package gains or loses an
+    attribute; each is still read live and wrapped only if it is a builtin now, as the original
+    does (a nested call finds them already wrapped, and wraps nothing). Idempotent; a triton whose
+    ``_patch_builtin``/``_patch_attr`` do not take (pkg, ...)/(obj, name, member, ...) alike is left
+    alone."""
+    import inspect
+    try:
+        import triton.language as tl
+        import triton.runtime.interpreter as interp
+    except ImportError:
+        return
+    original, patch_attr = getattr(interp, "_patch_builtin", None), getattr(interp, "_patch_attr", None)
+    if not callable(original) or not callable(patch_attr) or getattr(original, _PATCH_MARK, False):
+        return
+    try:
+        extra = len(inspect.signature(original).parameters) - 1
+        if len(inspect.signature(patch_attr).parameters) != 3 + extra:
+            return
+    except (TypeError, ValueError):
+        return
+    is_builtin = tl.core.is_builtin
+    # (id(pkg), its signature) -> (pkg, its builtins' names). A package has a few states: as
+    # imported, and inside a launch (where the launch added attributes of its own).
+    names: dict = {}
+
+    @functools.wraps(original)
+    def _patch_builtin(pkg, *args):
+        key = (id(pkg), _members_signature(pkg))
+        kept = names.get(key)
+        if kept is None or kept[0] is not pkg:
+            kept = names[key] = (pkg, tuple(n for n, m in inspect.getmembers(pkg) if is_builtin(m)))
+        for name in kept[1]:
+            member = getattr(pkg, name, None)
+            if is_builtin(member):
+                interp._patch_attr(pkg, name, member, *args)
+
+    setattr(_patch_builtin, _PATCH_MARK, True)
+    interp._patch_builtin = _patch_builtin
+
+
 def patch_interpreter() -> None:
-    """Every fix of this module: bf16 arithmetic, autotuning, scalars as ints, kept launch handles.
+    """Every fix of this module: bf16 arithmetic, autotuning, scalars as ints, kept launch handles,
+    builtins found once.
     Call it after setting TRITON_INTERPRET=1 and before the first launch. Idempotent."""
     enable_bf16_arithmetic()
     enable_autotuning()
     enable_scalar_index()
     enable_compiled_handles()
+    enable_cached_builtins()

@@ -4,9 +4,11 @@ the properties hand to hypothesis.target()."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +21,16 @@ from oracles.tools import engine
 from oracles.harness.differential import RunOptions, run_case
 from oracles.verdict import FAIL, PASS, RISK, bounded_check
 from strategies.hc_head import hc_head_cases, judge_cases
+from stand_ins import hc_head_over_the_reference
 
 ROOT = Path(__file__).resolve().parents[2]
-MUTANT = ROOT / "tests" / "mutants" / "hc_head" / "scale_folded_into_input.py"  # MANIFEST: inputs-unchanged, any case with hc_scale != 1
+# Writes into its input on any case with hc_scale != 1 (as tests/mutants/hc_head/scale_folded_into_input.py
+# does), over the reference: Hypothesis's shrinking runs it ~100 times, at milliseconds each where the
+# bundled Triton kernel took ~0.4 s in the CPU interpreter.
+SCALES_ITS_INPUT = hc_head_over_the_reference('''
+    hc_fn.mul_(hc_scale)  # the bug: the caller's weights, scaled in place
+    hc_scale = torch.ones_like(hc_scale)
+''')
 ENGINE_SECONDS = 240  # the longest the engine may take to find it; -x stops it at the failure
 
 
@@ -29,23 +38,38 @@ def requires_hypofuzz():
     pytest.importorskip("hypofuzz", reason=engine.INSTALL_HINT)
 
 
-def run_engine(tmp_path: Path, database: str, *, kernel: Path = MUTANT, seconds: float = ENGINE_SECONDS,
-               until_failure: bool = True, cpu_platform: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
-    """The engine in a fresh process (`cpu_platform`: with no GPU visible, Triton's interpreter,
-    on a GPU machine too)."""
-    regressions = tmp_path / "regressions"
-    command = [sys.executable, "-m", "oracles.tools.engine", f"--kernel=hc_head={kernel}", "--workers", "1",
-               "--no-dashboard", "--seconds", str(seconds), f"--database={database}",
-               f"--regressions-dir={regressions}", f"--log-dir={tmp_path / 'logs'}", "--minimize-budget", "3"]
-    command += ["-x"] if until_failure else []
+def scales_its_input(tmp_path: Path) -> Path:
+    kernel = tmp_path / "scales_its_input.py"
+    kernel.write_text(SCALES_ITS_INPUT)
+    return kernel
+
+
+def engine_command(tmp_path: Path, database: str, kernel: Path, seconds: float, until_failure: bool) -> list[str]:
+    return [sys.executable, "-m", "oracles.tools.engine", f"--kernel=hc_head={kernel}", "--workers", "1",
+            "--no-dashboard", "--seconds", str(seconds), f"--database={database}",
+            f"--regressions-dir={tmp_path / 'regressions'}", f"--log-dir={tmp_path / 'logs'}", "--minimize-budget", "1",
+            *(["-x"] if until_failure else [])]
+
+
+def engine_env(cpu_platform: bool) -> dict:
+    """`cpu_platform`: with no GPU visible, Triton's interpreter, on a GPU machine too."""
     env = {k: v for k, v in os.environ.items() if k != engine.DATABASE_ENV}
     if cpu_platform:
         env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(seconds, ENGINE_SECONDS) + 240)
-    return done, regressions
+    return env
+
+
+def run_engine(tmp_path: Path, database: str, *, kernel: Path | None = None, seconds: float = ENGINE_SECONDS,
+               until_failure: bool = True, cpu_platform: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+    """The engine in a fresh process on `kernel` (default: scales_its_input)."""
+    command = engine_command(tmp_path, database, kernel or scales_its_input(tmp_path), seconds, until_failure)
+    done = subprocess.run(command, cwd=ROOT, env=engine_env(cpu_platform), capture_output=True, text=True,
+                          timeout=max(seconds, ENGINE_SECONDS) + 240)
+    return done, tmp_path / "regressions"
 
 
 def assert_fixture_written(done: subprocess.CompletedProcess, regressions: Path, tmp_path: Path) -> None:
+    kernel = tmp_path / "scales_its_input.py"
     logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((tmp_path / "logs").glob("*.log")))
     assert done.returncode == 1, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}\n{logs}"
     fixtures = sorted((regressions / "hc_head").glob("*.json"))
@@ -53,15 +77,15 @@ def assert_fixture_written(done: subprocess.CompletedProcess, regressions: Path,
     for path in fixtures:
         meta = json.loads(path.read_text())
         assert "inputs-unchanged" in meta["failure"]["checks"], meta["failure"]
-        assert meta["kernel"]["sha256"] == file_sha256(MUTANT)
-        assert meta["replay"] == (f"pytest --kernel=hc_head={MUTANT} --regressions-dir={regressions} "
+        assert meta["kernel"]["sha256"] == file_sha256(kernel)
+        assert meta["replay"] == (f"pytest --kernel=hc_head={kernel} --regressions-dir={regressions} "
                                   f"tests/kernel/test_regressions.py -k {path.stem}")
         assert f"fixture: {path}" in done.stdout and f"replay:  {meta['replay']}" in done.stdout, done.stdout
-    assert "test_kernel_agrees_with_oracle_and_reference[hc_head-scale_folded_into_input.py]" in done.stdout
+    assert "test_kernel_agrees_with_oracle_and_reference[hc_head-scales_its_input.py]" in done.stdout
 
 
 def test_engine_writes_the_fixture_of_a_wrong_kernel(tmp_path):
-    """HypoFuzz fuzzes the mutant's property; its failure, replayed from the directory database,
+    """HypoFuzz fuzzes the wrong kernel's property; its failure, replayed from the directory database,
     becomes the minimized fixture the pytest tiers write, with its replay command."""
     requires_hypofuzz()
     done, regressions = run_engine(tmp_path, str(tmp_path / "db"))
@@ -87,7 +111,7 @@ def test_engine_on_redis(tmp_path):
         assert engine.failing_tests(database), "the failure HypoFuzz found is not in Redis"
         rows = engine.campaign(database)
         assert [r["nodeid"] for r in rows] == [
-            "tests/kernel/test_ops.py::test_kernel_agrees_with_oracle_and_reference[hc_head-scale_folded_into_input.py]"]
+            "tests/kernel/test_ops.py::test_kernel_agrees_with_oracle_and_reference[hc_head-scales_its_input.py]"]
     finally:
         server.shutdown()
         server.server_close()
@@ -123,13 +147,26 @@ def test_a_worker_killed_by_its_kernel_is_started_again(tmp_path):
     kernel.write_text(SEGFAULT)
     # The restart is the engine's plumbing, the same on any platform, so it runs on the CPU platform
     # on a GPU machine too: there a worker took longer to reach its first call (CUDA, HypoFuzz; 40 s
-    # of a loaded H200 ended before the first segfault, 2026-12-02), and the 90 s it then needed
-    # made this the native suite's longest test (96 s, 2026-12-04).
-    done, _ = run_engine(tmp_path, str(tmp_path / "db"), kernel=kernel, seconds=40, until_failure=False,
-                         cpu_platform=True)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "worker-0 died (exit code -11; a negative code is the signal): restarting it (1 of" in done.stdout, done.stdout
-    assert "worker-0: restarted" in done.stdout
+    # of a loaded H200 ended before the first segfault, 2026-12-02). The engine is interrupted
+    # (Ctrl-C) once it has restarted the worker, where a fixed --seconds waited out its whole run.
+    out_path = tmp_path / "engine.out"
+    with out_path.open("w") as out:
+        process = subprocess.Popen(engine_command(tmp_path, str(tmp_path / "db"), kernel, ENGINE_SECONDS, False),
+                                   cwd=ROOT, env=engine_env(cpu_platform=True), stdout=out, stderr=subprocess.STDOUT,
+                                   text=True)
+        try:
+            deadline = time.monotonic() + ENGINE_SECONDS
+            while "restarting it (1 of" not in out_path.read_text() and process.poll() is None:
+                assert time.monotonic() < deadline, out_path.read_text()[-3000:]
+                time.sleep(0.5)
+            process.send_signal(signal.SIGINT)
+            code = process.wait(timeout=120)
+        finally:
+            process.kill()
+    stdout = out_path.read_text()
+    assert code == 1, stdout
+    assert "worker-0 died (exit code -11; a negative code is the signal): restarting it (1 of" in stdout, stdout
+    assert "tritonfuzz engine: interrupted" in stdout and "worker-0: restarted 1 time(s)" in stdout, stdout
 
 
 def test_a_worker_that_cannot_start_fuzzing_is_the_engines_error(tmp_path):
@@ -140,7 +177,7 @@ def test_a_worker_that_cannot_start_fuzzing_is_the_engines_error(tmp_path):
     planted = tmp_path / "planted"
     planted.mkdir()
     (planted / "watchdog.py").write_text('raise ImportError("planted: watchdog is missing")\n')
-    command = [sys.executable, "-m", "oracles.tools.engine", f"--kernel=hc_head={MUTANT}", "--workers", "1",
+    command = [sys.executable, "-m", "oracles.tools.engine", f"--kernel=hc_head={ROOT / 'kernels' / 'hc_head.py'}", "--workers", "1",
                "--no-dashboard", "--seconds", "120", f"--database={tmp_path / 'db'}",
                f"--regressions-dir={tmp_path / 'regressions'}", f"--log-dir={tmp_path / 'logs'}"]
     env = {k: v for k, v in os.environ.items() if k != engine.DATABASE_ENV}

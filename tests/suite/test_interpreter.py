@@ -572,3 +572,40 @@ def test_unpatched_interpreter_launch_returns_no_handle(monkeypatch):
     bf16.enable_compiled_handles()
     monkeypatch.setattr(interp.InterpretedFunction, "run", interp.InterpretedFunction.run.__wrapped__)
     assert _scaled_copy[(1,)](torch.ones(8), torch.zeros(8), 8, 2.0, BLOCK=8) is None
+
+
+@triton.jit
+def _scaled(x, s):
+    return tl.maximum(x * s, 0.0)
+
+
+@triton.jit
+def _nested_call_kernel(X, Y, S, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, _scaled(tl.load(X + offs), tl.load(S)))
+
+
+def test_builtins_found_once_wrap_what_the_original_wraps_and_leave_triton_language_as_it_was():
+    """enable_cached_builtins: the builtins a launch wraps are the ones inspect.getmembers finds
+    (asked again here), launches with a nested @triton.jit call compute the same as torch, and after
+    each launch triton.language is what it was before (its builtins unwrapped)."""
+    bf16.patch_interpreter()
+    assert getattr(interp._patch_builtin, bf16._PATCH_MARK, False)
+    import inspect
+    for pkg in (tl, tl.math, tl.tensor):
+        found = {n for n, m in inspect.getmembers(pkg) if tl.core.is_builtin(m)}
+        assert found, pkg
+        scope = interp._LangPatchScope() if hasattr(interp, "_LangPatchScope") else None
+        if scope is None:
+            pytest.skip("this Triton patches triton.language without a restorable scope")
+        interp._patch_builtin(pkg, interp.interpreter_builder, scope)
+        wrapped = {name for obj, name, _ in scope._changes if obj is pkg}
+        scope.restore()
+        assert wrapped == found, sorted(wrapped ^ found)
+    before = {n: m for n, m in inspect.getmembers(tl) if tl.core.is_builtin(m)}
+    x = torch.linspace(-3, 3, N)
+    for s in (2.0, -0.5):
+        y = torch.empty(N)
+        _nested_call_kernel[(1,)](x, y, torch.tensor([s]), N=N)
+        torch.testing.assert_close(y, torch.clamp(x * s, min=0.0), rtol=0, atol=0)
+    assert {n: m for n, m in inspect.getmembers(tl) if tl.core.is_builtin(m)} == before
