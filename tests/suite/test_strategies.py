@@ -1,5 +1,5 @@
 """The strategies are tested themselves: every feature they promise is reachable (Hypothesis's
-`find` runs the strategy until the condition holds, then shrinks), what a case shrinks to is
+`find` runs the strategy until the condition holds), what a case shrinks to is
 small, bad arguments raise InvalidArgument naming the argument, and the judge's cases and the
 minimizer's moves are what they claim."""
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, find, given, seed, settings
+from hypothesis import HealthCheck, Phase, find, given, seed, settings
 from hypothesis.errors import InvalidArgument
 
 from oracles.ops import hc_head as hc_oracle
@@ -22,9 +22,19 @@ from strategies.sigmoid_gate_topk_renorm import (JUDGE_CASES, judge_cases, sigmo
 FIND = settings(max_examples=3000, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 
 
+# Reachability needs a case, not the smallest one: without the shrink phase (which spent most of
+# these tests' time) a feature test stops at the first case that has it.
+FIND_FIRST = settings(FIND, phases=[Phase.generate])
+
+
 def reach(strategy, condition):
     """The smallest drawn value satisfying `condition` (fails the test when none is found)."""
     return find(strategy, condition, settings=FIND)
+
+
+def reachable(strategy, condition):
+    """The first drawn value satisfying `condition` (fails the test when none is found)."""
+    return find(strategy, condition, settings=FIND_FIRST)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,7 +82,7 @@ def test_sgtr_boundary_tie_is_reachable():
     pytest.param(lambda c: not c.inputs["logits"].is_contiguous(), id="strided"),
 ])
 def test_sgtr_feature_is_reachable(condition):
-    reach(SGTR, condition)
+    reachable(SGTR, condition)
 
 
 @sgtr
@@ -81,7 +91,7 @@ def test_sgtr_feature_is_reachable(condition):
                                      "global_scale=[1]", "global_scale=0-dim", "global_scale=0-dim on host",
                                      "bias=large_negative"])
 def test_sgtr_feature_label_is_reachable(feature):
-    reach(SGTR, lambda c: feature in c.features)
+    reachable(SGTR, lambda c: feature in c.features)
 
 
 @sgtr
@@ -174,7 +184,7 @@ HC = hc_head_cases(max_tokens=4, max_hidden=300)
     pytest.param(lambda c: not c.inputs["x"].is_contiguous(), id="strided"),
 ])
 def test_hc_head_feature_is_reachable(condition):
-    reach(HC, condition)
+    reachable(HC, condition)
 
 
 @hc
@@ -242,7 +252,6 @@ def test_a_pool_outside_the_size_range_is_refused(strategy, kwargs, named):
 # ---------------------------------------------------------------------------------------------
 # gate_topk
 
-from hypothesis import Phase  # noqa: E402
 
 from oracles.ops import gate_topk as gt_oracle  # noqa: E402
 from strategies.gate_topk import JUDGE_CASES as GT_JUDGE_CASES  # noqa: E402
@@ -253,13 +262,10 @@ from strategies.gate_topk import smaller_cases as gt_smaller_cases  # noqa: E402
 
 gt = pytest.mark.gate_topk
 GT = gate_topk_cases(max_rows=4, max_cols=300)
-# Reachability needs a case, not the smallest one: without the shrink phase (which spent most of
-# these tests' time) a feature test stops at the first case that has it.
-GT_FIRST = settings(FIND, phases=[Phase.generate])
 
 
 def gt_reach(condition):
-    return find(GT, condition, settings=GT_FIRST)
+    return reachable(GT, condition)
 
 
 def gt_shape(case):
