@@ -316,7 +316,7 @@ SUITE_BUG_PLUGIN = textwrap.dedent('''
 def test_the_suites_own_error_is_not_a_verdict_on_the_kernel(tmp_path):
     (tmp_path / "suite_bug.py").write_text(SUITE_BUG_PLUGIN)
     kernel = tmp_path / "my_hc_head.py"
-    shutil.copy(HC_HEAD, kernel)
+    kernel.write_text(hc_head_over_the_reference())
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_bug", f"--kernel=hc_head={kernel}",
                            "--hypothesis-profile", "ci", "--gate-budget", "5", "--gate-report", str(report),
@@ -334,18 +334,9 @@ def test_the_suites_own_error_is_not_a_verdict_on_the_kernel(tmp_path):
     assert not impl["new_fixtures"]
 
 
-FAULTS_ON_SMALL_HIDDEN = textwrap.dedent('''
-    import importlib.util
-
-    _spec = importlib.util.spec_from_file_location("_bundled_hc_head", {bundled!r})
-    _bundled = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_bundled)
-
-
-    def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
-        if x.shape[2] == 128:  # what torch raises after a kernel's out-of-bounds access on a GPU
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return _bundled.hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps)
+FAULTS_ON_SMALL_HIDDEN = hc_head_over_the_reference('''
+    if x.shape[2] == 128:  # what torch raises after a kernel's out-of-bounds access on a GPU
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
 ''')
 
 
@@ -356,7 +347,7 @@ def test_a_device_fault_is_a_verdict_and_the_gate_goes_on(tmp_path, workers):
     fresh worker runs the other judge cases. With -n 0 the faulting test fails and every later
     test is counted as not run, with the reason; nothing else runs on the lost context."""
     kernel = tmp_path / "faults.py"
-    kernel.write_text(FAULTS_ON_SMALL_HIDDEN.format(bundled=str(HC_HEAD)))
+    kernel.write_text(FAULTS_ON_SMALL_HIDDEN)
     report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "pytest", f"--kernel=hc_head={kernel}", "-n", workers,
                            "--hypothesis-profile", "ci", "--gate-report", str(report),
@@ -855,9 +846,11 @@ def test_a_worker_that_never_exits_does_not_hold_the_gate(tmp_path):
     ran every test, then hung in xdist's teardown with no table, 2026-12-02) is left behind after
     WAIT_S: the table and report come out, the exit code is the verdict's, the run ends."""
     (tmp_path / "stuck_worker.py").write_text(STUCK_WORKER_PLUGIN)
+    kernel = tmp_path / "hc_head.py"
+    kernel.write_text(hc_head_over_the_reference())
     report = tmp_path / "report.json"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "stuck_worker", f"--kernel=hc_head={HC_HEAD}",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "stuck_worker", f"--kernel=hc_head={kernel}",
                            "--hypothesis-profile", "ci", "--gate-report", str(report), "-p", "no:cacheprovider", "-q",
                            f"--regressions-dir={tmp_path / 'regressions'}", "-k", "judge_cases and 512",
                            "tests/kernel/test_ops.py"],
