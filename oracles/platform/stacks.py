@@ -28,8 +28,8 @@ def format_all_stacks() -> str:
     for ident, frame in sys._current_frames().items():
         if ident == me:
             continue
-        lines = [f'  File "{f.filename}", line {f.lineno} in {f.name}'
-                 for f in reversed(traceback.extract_stack(frame))]
+        summary = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
+        lines = [f'  File "{f.filename}", line {f.lineno} in {f.name}' for f in summary]  # innermost first
         blocks.append(f"Thread 0x{ident:016x} (most recent call first):\n" + "\n".join(lines))
     return "\n\n".join(blocks)
 
