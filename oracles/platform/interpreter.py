@@ -1,8 +1,9 @@
 """Where Triton's CPU interpreter (``TRITON_INTERPRET=1``) differs from a GPU, and the fixes:
 bfloat16 arithmetic (below), ``@triton.autotune`` (``enable_autotuning``), scalars used as Python
 ints under Triton 3.6 (``enable_scalar_index``), a launch's compiled kernel kept and launched
-again (``enable_compiled_handles``); and one for speed, the language's builtins found once
-(``enable_cached_builtins``). ``patch_interpreter()`` applies all five.
+again (``enable_compiled_handles``); and two for speed, the language's builtins found once
+(``enable_cached_builtins``) and integer overflow checks that could not fire skipped
+(``skip_inert_overflow_checks``). ``patch_interpreter()`` applies all six.
 
 The gap
 -------
@@ -759,12 +760,53 @@ def enable_cached_builtins() -> None:
     interp._patch_builtin = _patch_builtin
 
 
+def skip_inert_overflow_checks() -> None:
+    """Triton's semantic checks every int32 add, sub and mul for overflow: it recomputes the op in
+    int64 and compares it with the int32 range, and its only effect is a ``device_assert``, which
+    does nothing unless the options' ``debug`` is on. The interpreter's options never turn it on.
+    So every interpreted integer op paid for a check that could not fire: about 17% of the mutant
+    tests' time (26 hc_head mutant tests, 38.1 s with it and 31.5 s without, 2-core CPU,
+    2026-12-06). Each op still wraps as on a GPU. The interpreter's own semantic instance skips the
+    check while ``debug`` is off, and runs it as before when it is on; the GPU compiler's semantic
+    is untouched. Left alone where the installed Triton's check or device_assert reads differently.
+    Idempotent."""
+    import inspect
+    import types
+    try:
+        import triton.runtime.interpreter as interp
+        from triton.language.semantic import TritonSemantic
+    except ImportError:
+        return
+    semantic = getattr(interp, "interpreter_semantic", None)
+    original = getattr(TritonSemantic, "binary_op_sanitize_overflow_impl", None)
+    if semantic is None or original is None or getattr(semantic.binary_op_sanitize_overflow_impl, _PATCH_MARK, False):
+        return
+    try:
+        inert_without_debug = ("if not self.builder.options.debug:\n            return"
+                               in inspect.getsource(TritonSemantic.device_assert))
+        only_asserts = "self.device_assert(" in inspect.getsource(original)
+    except (OSError, TypeError):
+        return
+    if not (inert_without_debug and only_asserts):
+        return
+
+    @functools.wraps(original)
+    def binary_op_sanitize_overflow_impl(self, lhs, rhs, binary_op):
+        if not self.builder.options.debug:
+            return None
+        return original(self, lhs, rhs, binary_op)
+
+    setattr(binary_op_sanitize_overflow_impl, _PATCH_MARK, True)
+    semantic.binary_op_sanitize_overflow_impl = types.MethodType(binary_op_sanitize_overflow_impl, semantic)
+
+
 def patch_interpreter() -> None:
     """Every fix of this module: bf16 arithmetic, autotuning, scalars as ints, kept launch handles,
-    builtins found once.
+    builtins found once, inert overflow checks skipped.
     Call it after setting TRITON_INTERPRET=1 and before the first launch. Idempotent."""
     enable_bf16_arithmetic()
     enable_autotuning()
     enable_scalar_index()
     enable_compiled_handles()
     enable_cached_builtins()
+    skip_inert_overflow_checks()

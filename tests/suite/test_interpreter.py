@@ -609,3 +609,31 @@ def test_builtins_found_once_wrap_what_the_original_wraps_and_leave_triton_langu
         _nested_call_kernel[(1,)](x, y, torch.tensor([s]), N=N)
         torch.testing.assert_close(y, torch.clamp(x * s, min=0.0), rtol=0, atol=0)
     assert {n: m for n, m in inspect.getmembers(tl) if tl.core.is_builtin(m)} == before
+
+
+@triton.jit
+def _lcg_step_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, tl.load(X + offs) * 1103515245 + 12345)  # wraps in int32, on a GPU too
+
+
+def test_integer_ops_wrap_as_on_a_gpu_and_the_skipped_overflow_check_runs_again_under_debug():
+    """skip_inert_overflow_checks: int32 arithmetic still wraps (the LCG step, against int64
+    arithmetic reduced mod 2^32); the interpreter's semantic skips the check while debug is off,
+    and with debug on it calls Triton's own check, which reads its operands (here: raises)."""
+    import types
+    bf16.patch_interpreter()
+    x = torch.arange(8, dtype=torch.int32) * 100_000
+    y = torch.empty_like(x)
+    _lcg_step_kernel[(1,)](x, y, N=8)
+    expected = ((x.long() * 1103515245 + 12345 + 2**31) % 2**32 - 2**31).to(torch.int32)
+    assert torch.equal(y, expected), (y, expected)
+
+    check = interp.interpreter_semantic.binary_op_sanitize_overflow_impl
+    assert getattr(check, bf16._PATCH_MARK, False)
+    unreadable = object()  # reading it (lhs.type) raises AttributeError
+    off = types.SimpleNamespace(builder=types.SimpleNamespace(options=types.SimpleNamespace(debug=False)))
+    on = types.SimpleNamespace(builder=types.SimpleNamespace(options=types.SimpleNamespace(debug=True)))
+    assert check.__func__(off, unreadable, unreadable, None) is None
+    with pytest.raises(AttributeError):
+        check.__func__(on, unreadable, unreadable, None)
