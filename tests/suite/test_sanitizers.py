@@ -573,3 +573,29 @@ def test_every_launch_form_is_recorded_and_never_the_suites_error(run_options):
         if interpreter_active():
             check = gpu_compile_check(scope.launch_specs)
             assert check.status in (PASS, "skip"), check
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32,
+                                   torch.int64, torch.int8, torch.uint8, torch.bool, torch.complex64,
+                                   torch.complex128])
+def test_whole_element_bit_comparisons_agree_with_the_byte_by_byte_ones(dtype):
+    """matches, elements_differ and fill_pattern compare and write whole elements as integers of
+    their size; they must say what the byte-by-byte forms say, for every element size (complex128,
+    16 bytes, keeps the byte form), planted patterns, NaN payloads and -0.0 included."""
+    from oracles.harness import sanitizers as san
+    g = torch.Generator().manual_seed(5)
+    raw = torch.randint(0, 256, (64 * torch.empty((), dtype=dtype).element_size(),), dtype=torch.uint8, generator=g)
+    t = raw.view(dtype).clone()
+    pattern = poison_pattern(dtype)
+    san.fill_pattern(t[5:9], pattern)
+    bytewise = lambda x: (san.element_bytes(x) == torch.tensor(list(pattern), dtype=torch.uint8)).all(-1)  # noqa: E731
+    assert torch.equal(san.matches(t, pattern), bytewise(t))
+    assert bytewise(t)[5:9].all() and int(bytewise(t).sum()) >= 4
+    u = t.clone()
+    u.view(torch.uint8)[3 * u.element_size()] ^= 1  # one bit of element 3
+    if dtype.is_floating_point and dtype != torch.bfloat16 and dtype != torch.float16:
+        u[10] = -0.0
+        t[10] = 0.0  # equal as numbers, not as bits
+    differ = san.elements_differ(t, u)
+    assert torch.equal(differ, (san.element_bytes(t) != san.element_bytes(u)).any(-1))
+    assert differ[3] and (not dtype.is_floating_point or dtype in (torch.bfloat16, torch.float16) or differ[10])
