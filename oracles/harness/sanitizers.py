@@ -173,8 +173,8 @@ def element_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 # Elements compared whole, as the integer of their size, rather than byte by byte and reduced:
-# the same equality of bits, without an [numel, itemsize] comparison and its reduction. The byte
-# form took 2.3 s of a 44 s CPU gate under cProfile (2026-12-06); it stays for other sizes.
+# the same equality of bits, without an [numel, itemsize] comparison and its reduction
+# (tests/results/2026-12-06-session19.md). The byte form stays for sizes with no such integer.
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 

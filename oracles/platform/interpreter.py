@@ -718,9 +718,9 @@ def _members_signature(pkg) -> tuple:
 def enable_cached_builtins() -> None:
     """Each launch, and each call of one @triton.jit function from another, makes the interpreter
     wrap every builtin of triton.language, tl.math and tl.tensor (``_patch_builtin``), finding them
-    with ``inspect.getmembers``, which reads and sorts every attribute each time: 13 s of the 53 s
-    a two-bug hc_head property spent in its kernel on the CPU (cProfile, 2026-12-06). The names of
-    the builtins are kept per package instead, found again whenever the package gains or loses an
+    with ``inspect.getmembers``, which reads and sorts every attribute each time (a quarter of an
+    interpreted kernel's time: tests/results/2026-12-06-session19.md). The names of the builtins
+    are kept per package instead, found again whenever the package gains or loses an
     attribute; each is still read live and wrapped only if it is a builtin now, as the original
     does (a nested call finds them already wrapped, and wraps nothing). Idempotent; a triton whose
     ``_patch_builtin``/``_patch_attr`` do not take (pkg, ...)/(obj, name, member, ...) alike is left
@@ -764,9 +764,8 @@ def skip_inert_overflow_checks() -> None:
     """Triton's semantic checks every int32 add, sub and mul for overflow: it recomputes the op in
     int64 and compares it with the int32 range, and its only effect is a ``device_assert``, which
     does nothing unless the options' ``debug`` is on. The interpreter's options never turn it on.
-    So every interpreted integer op paid for a check that could not fire: about 17% of the mutant
-    tests' time (26 hc_head mutant tests, 38.1 s with it and 31.5 s without, 2-core CPU,
-    2026-12-06). Each op still wraps as on a GPU. The interpreter's own semantic instance skips the
+    So every interpreted integer op paid for a check that could not fire (about a sixth of the
+    mutant tests' time: tests/results/2026-12-06-session19.md). Each op still wraps as on a GPU. The interpreter's own semantic instance skips the
     check while ``debug`` is off, and runs it as before when it is on; the GPU compiler's semantic
     is untouched. Left alone where the installed Triton's check or device_assert reads differently.
     Idempotent."""

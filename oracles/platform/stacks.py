@@ -3,9 +3,9 @@ or a test that does not end, was stuck.
 
 Two stages. First a Python watchdog thread: it takes the GIL like any thread and reads
 `sys._current_frames()`, consistent under it. `faulthandler.dump_traceback_later` alone reads the
-running thread's frames without the GIL, and on CPython 3.11 that dump itself segfaulted a power
-child in 2 of 6 runs (CPU, 2026-12-06): "timed out here" became "crashed". But a thread stuck in C
-code that holds the GIL (a Triton compile that never ended, 2026-12-04) starves the watchdog; so
+running thread's frames without the GIL, and that dump itself can segfault a process that is still
+busy, turning "timed out here" into "crashed" (tests/results/2026-12-06-session19.md). But a thread
+stuck in C code that holds the GIL (a Triton compile that never ends) starves the watchdog; so
 faulthandler stays armed `grace_s` later and speaks only then, when the stuck thread's frames no
 longer move. The watchdog disarms it once it has printed.
 """

@@ -2,9 +2,9 @@
 reference, copied out by one Triton kernel, after a `body` that plants a bug or a refusal.
 
 Without a body the module is correct by construction, and the copy is a launch the `launch` and
-`poison` checks see. It is cheap: one copy kernel of one block size, where wrapping the bundled
-hc_head cost ~0.4 s a launch in the CPU interpreter, and Hypothesis's shrinking launched it ~120
-times per bug (100 of test_severities_in_one_gate_run's 137 s on the 2-core CPU, 2026-12-06).
+`poison` checks see. It is cheap: one copy kernel of one block size, where the bundled hc_head
+is a slow launch in the CPU interpreter and Hypothesis's shrinking launches it a hundred times per
+bug (most of the severities gate's time: tests/results/2026-12-06-session19.md).
 The tests that use these are about the gate's plumbing and verdicts, which come from the body;
 the bundled kernels themselves are judged by tests/kernel and tests/suite/test_mutants.py.
 """

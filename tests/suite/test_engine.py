@@ -25,8 +25,8 @@ from stand_ins import hc_head_over_the_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 # Writes into its input on any case with hc_scale != 1 (as tests/mutants/hc_head/scale_folded_into_input.py
-# does), over the reference: Hypothesis's shrinking runs it ~100 times, at milliseconds each where the
-# bundled Triton kernel took ~0.4 s in the CPU interpreter.
+# does), over the reference (tests/suite/stand_ins.py): Hypothesis's shrinking runs it many times,
+# cheap here where the bundled Triton kernel is slow in the CPU interpreter.
 SCALES_ITS_INPUT = hc_head_over_the_reference('''
     hc_fn.mul_(hc_scale)  # the bug: the caller's weights, scaled in place
     hc_scale = torch.ones_like(hc_scale)

@@ -48,9 +48,9 @@ def on_the_cpu(pythonpath=None) -> dict:
 def gate(tmp_path, *kernel_args, budget=8, select=(), env=None):
     """Run the gate in a fresh pytest process (`select`: extra pytest arguments, e.g. -k; `env`:
     its environment, e.g. on_the_cpu(); `budget` None: the ci profile's 20 cases decide); return
-    (exit code, report, output). Each fixture is minimized for 1 s: the minimizer tries every chunk
-    of every input until its budget runs out, and 5 s a fixture was 19 of a two-member zip's 41 s
-    (2026-12-06); how small a fixture gets is tested where minimize() is."""
+    (exit code, report, output). Each fixture is minimized for 1 s: the minimizer tries chunks of
+    every input until its budget runs out, even on a fast kernel (tests/results/2026-12-06-session19.md);
+    how small a fixture gets is tested where minimize() is."""
     report = tmp_path / "report.json"
     budget_args = ("--gate-budget", str(budget)) if budget is not None else ()
     args = [sys.executable, "-m", "pytest", *[f"--kernel={k}" for k in kernel_args],
