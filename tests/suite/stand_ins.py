@@ -16,7 +16,7 @@ COPY_BLOCK = 16384
 def hc_head_over_the_reference(body: str = "") -> str:
     """The module's source: `body` (indented into hc_head, before the reference runs), then the
     reference and the copy."""
-    head = textwrap.dedent(f'''
+    head = textwrap.dedent('''
         import torch
         import triton
         import triton.language as tl
