@@ -60,8 +60,10 @@ def gate_topk(x, k):
     if M == 0 or k == 0:
         return values, indices
     N_PAD = _next_pow2(N)
+    # The comparison tile [N_PAD, CHUNK] stays at most 16384 elements: a larger one (CHUNK >= 64 on a
+    # GPU-sized row) compiles for minutes (tests/results/2026-12-06-session20.md).
     _rank_kernel[(min(M, 65535),)](x, x.stride(0), x.stride(1), values, indices, M, N, int(k),
-                                   N_PAD=N_PAD, CHUNK=min(N_PAD, max(64, 16384 // N_PAD)), num_warps=4)
+                                   N_PAD=N_PAD, CHUNK=max(1, min(N_PAD, 16384 // N_PAD)), num_warps=4)
     return values, indices
 
 
