@@ -23,7 +23,9 @@ directory, removed at the end, unless --fixtures-dir keeps them). Each file runs
 (`python -m oracles.tools.power --one FILE`, JSON on stdout), so that a kernel that segfaults or hangs
 takes down only its child: a crash on a valid case is reported as "crashed" and counts as
 caught by the harness that was running it; the child is then restarted for the remaining
-harnesses. tests/suite/test_mutants.py calls the same functions in-process (fuzz() with shrinking off).
+harnesses. A child ended by SIGINT, SIGTERM or SIGHUP was stopped from outside: "interrupted", never
+caught. The tables (--out, --json) are rewritten as each file ends; a run stopped by SIGTERM or
+Ctrl-C stops its children and still writes them, with the files in flight as interrupted. tests/suite/test_mutants.py calls the same functions in-process (fuzz() with shrinking off).
 
 The platform is decided first, by the same function conftest.py calls
 (oracles/platform/device.py), before any kernel module is imported.
@@ -42,12 +44,14 @@ import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait  # noqa: E402
 from dataclasses import asdict, dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable  # noqa: E402
@@ -450,6 +454,53 @@ def case_is_valid(op: str, case_json: dict | None) -> bool:
         return False
 
 
+# Signals that come from outside (a shell's timeout, Ctrl-C, a closed terminal): a child ended by
+# one says nothing about its kernel, so it is "interrupted", never "crashed" (which counts as caught).
+EXTERNAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+def child_ending(returncode: int) -> str | None:
+    """How a child ended: None (exit 0), "interrupted (SIGTERM)", "crashed (signal 11)", or
+    "exited with code N"."""
+    if returncode == 0:
+        return None
+    if returncode < 0 and -returncode in EXTERNAL_SIGNALS:
+        return f"interrupted ({signal.Signals(-returncode).name})"
+    return f"crashed (signal {-returncode})" if returncode < 0 else f"exited with code {returncode}"
+
+
+_CHILDREN: set[subprocess.Popen] = set()  # the children running now, for stop_children
+_CHILDREN_LOCK = threading.Lock()
+
+
+def _run_child(cmd: list[str], *, env: dict, timeout_s: float) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s), with the child
+    known to stop_children while it runs."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _CHILDREN_LOCK:
+        _CHILDREN.add(proc)
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout_s, output=out, stderr=err) from None
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    finally:
+        with _CHILDREN_LOCK:
+            _CHILDREN.discard(proc)
+
+
+def stop_children() -> None:
+    """SIGTERM to every child still running: each then reads as "interrupted"."""
+    with _CHILDREN_LOCK:
+        running = list(_CHILDREN)
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+
+
 def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_budget_s: float = 10.0,
                  minimize_budget_s: float = 20.0, timeout_s: float = 900.0, fixtures_dir: Path | None = None) -> dict:
     """run_one in a child process (`python -m oracles.tools.power --one FILE`). A child that dies
@@ -472,9 +523,8 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
             cmd += ["--stacks-at", repr(time.time() + max(timeout_s - STACKS_BEFORE_TIMEOUT_S, 1.0))]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             try:
-                proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
-                how = None if proc.returncode == 0 else (
-                    f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else f"exited with code {proc.returncode}")
+                proc = _run_child(cmd, env=env, timeout_s=timeout_s)
+                how = child_ending(proc.returncode)
                 tail = (proc.stderr or "")[-1500:]
             except subprocess.TimeoutExpired as e:   # its captured output is bytes, whatever `text` says
                 stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -492,6 +542,12 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
         phase = flight.get("phase") or next((p for p in remaining if p not in done), remaining[0])
         valid = case_is_valid(mutant.op, flight.get("case"))
         crashed, timed_out = how.startswith("crashed"), how.startswith("timed out")
+        if how.startswith("interrupted"):  # stopped from outside: what ran is kept, nothing more runs
+            entry = {"caught": False, "crashed": False, "timed_out": False, "interrupted": True,
+                     "examples": flight.get("examples", 0), "seconds": flight.get("seconds", 0.0),
+                     "message": f"{how}: stopped from outside, not a verdict on the kernel"}
+            merged.setdefault("property" if phase == "minimize" else phase, entry)
+            break
         note = f"{how} on case: {flight.get('summary') or 'unknown (no case in flight)'}"
         if phase == "minimize":  # the property had caught it; the crash came while minimizing
             merged.setdefault("property", {}).update(fixture_error=note)
@@ -527,6 +583,8 @@ def _short(text: str, n: int = 90) -> str:
 def _caught_cell(entry: dict | None, correct: bool) -> str:
     if entry is None:
         return "not run"
+    if entry.get("interrupted"):
+        return "interrupted"
     if entry.get("timed_out"):
         return "timed out"
     if entry.get("error") and not entry.get("caught"):
@@ -541,6 +599,8 @@ def _caught_cell(entry: dict | None, correct: bool) -> str:
 def _baseline_cell(entry: dict | None, correct: bool) -> str:
     if entry is None:
         return "not run"
+    if entry.get("interrupted"):
+        return "interrupted"
     if entry.get("timed_out"):
         return "timed out"
     if entry.get("crashed"):
@@ -587,8 +647,11 @@ def totals_line(label: str, rows: list[tuple[Mutant, dict]]) -> str:
     t = tally(rows)
     caught = ", ".join(f"{HARNESS_NAMES[p]} {t[p]['caught']}/{t['mutants']}" for p in PHASES)
     fps = ", ".join(f"{HARNESS_NAMES[p]} {t[p]['false_positives']}/{t['correct']}" for p in PHASES)
+    stopped = sum(any((r.get(p) or {}).get("interrupted") for p in PHASES) for _, r in rows)
     return (f"**Totals ({label}):** {t['mutants']} mutants, {t['correct']} correct variants. "
-            f"Mutants caught: {caught}. False positives among correct variants: {fps}.")
+            f"Mutants caught: {caught}. False positives among correct variants: {fps}."
+            + (f" {stopped} file(s) interrupted (stopped from outside: no verdict, counted as not caught)."
+               if stopped else ""))
 
 
 def render(ops: list[str], results: dict[str, dict[str, dict]], *, profile: str, wall_s: float) -> str:
@@ -681,20 +744,55 @@ def main(argv=None) -> int:
               file=sys.stderr, flush=True)
         return m, r
 
+    def save() -> str:
+        text = render(ops, results, profile=args.profile, wall_s=time.monotonic() - started)
+        for path, content in ((args.out, text), (args.json, json.dumps(results, indent=1))):
+            if path:
+                write_atomically(Path(path), content)
+        return text
+
+    # A run stopped from outside (a shell's timeout sends SIGTERM, Ctrl-C SIGINT) still leaves the
+    # tables of every file that ended: they are rewritten as each one ends, and once more here.
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    interrupted = False
+    futures = [pool.submit(work, m) for m in todo]
     try:
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for m, r in pool.map(work, todo):
-                results[m.op][m.name] = r
+        for future in as_completed(futures):
+            m, r = future.result()
+            results[m.op][m.name] = r
+            save()
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"[power] interrupted: {sum(map(len, results.values()))} of {len(todo)} file(s) ended; "
+              f"the tables hold those", file=sys.stderr, flush=True)
     finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        while interrupted and not all(f.done() for f in futures):  # a child may start while we stop the others
+            stop_children()
+            wait(futures, timeout=0.5)
+        pool.shutdown(wait=True)
+        signal.signal(signal.SIGTERM, previous)
+        for future in futures:  # the files in flight at the interrupt, as "interrupted"
+            if future.done() and not future.cancelled() and future.exception() is None:
+                m, r = future.result()
+                results[m.op].setdefault(m.name, r)
         if not args.fixtures_dir:
             shutil.rmtree(fixtures, ignore_errors=True)
-    text = render(ops, results, profile=args.profile, wall_s=time.monotonic() - started)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
-    return 0
+    print(save())
+    return 130 if interrupted else 0
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file beside it, renamed over it: a reader sees
+    the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -87,3 +87,64 @@ def test_a_child_past_its_timeout_says_where_it_was():
     prop = result["property"]
     assert prop["timed_out"] and not prop["caught"], prop
     assert "Thread 0x" in prop["error"] and 'File "' in prop["error"], prop["error"][-2000:]
+
+
+def test_a_child_ended_by_a_signal_from_outside_is_interrupted_not_caught():
+    """SIGINT, SIGTERM and SIGHUP come from a shell or a person, not from the kernel: a child they
+    end is "interrupted"; a crash signal (a segfault) is still a crash."""
+    import signal
+
+    from oracles.tools.power import child_ending
+    assert child_ending(0) is None
+    assert child_ending(-signal.SIGTERM) == "interrupted (SIGTERM)"
+    assert child_ending(-signal.SIGINT) == "interrupted (SIGINT)"
+    assert child_ending(-signal.SIGHUP) == "interrupted (SIGHUP)"
+    assert child_ending(-signal.SIGSEGV) == f"crashed (signal {int(signal.SIGSEGV)})"
+    assert child_ending(3) == "exited with code 3"
+
+
+def test_a_run_stopped_from_outside_keeps_its_tables_and_leaves_no_child(tmp_path):
+    """`timeout` sends SIGTERM to power (here to it alone, not its children): it stops its children,
+    writes the tables of what ran -- the file in flight as interrupted, not caught -- and exits 130."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    variant = next(m for m in manifest("gate_topk") if m.correct)
+    marker = tmp_path / "fixtures-of-this-test"  # in every child's command line
+
+    def children() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and str(marker).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+
+    run = subprocess.Popen([sys.executable, "-m", "oracles.tools.power", "--op", "gate_topk", "--only", variant.name,
+                            "--profile", "gate", "--phases", "property", "--jobs", "1", "--timeout", "300",
+                            "--fixtures-dir", str(marker), "--json", str(tmp_path / "r.json"),
+                            "--out", str(tmp_path / "r.md")],
+                           cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not [pid for pid in children() if pid != run.pid] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # the child imports and starts drawing
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err[-3000:]
+    entry = json.loads((tmp_path / "r.json").read_text())["gate_topk"][variant.name]["property"]
+    assert entry["interrupted"] and not entry["caught"] and not entry["crashed"], entry
+    table = (tmp_path / "r.md").read_text()
+    assert f"| {variant.name} |" in table and "1 file(s) interrupted" in table and "interrupted" in out, out[-2000:]
+    assert not children(), f"children left running: {children()} (pid {os.getpid()})"
