@@ -25,7 +25,8 @@ takes down only its child: a crash on a valid case is reported as "crashed" and 
 caught by the harness that was running it; the child is then restarted for the remaining
 harnesses. A child ended by SIGINT, SIGTERM or SIGHUP was stopped from outside: "interrupted", never
 caught. The tables (--out, --json) are rewritten as each file ends; a run stopped by SIGTERM or
-Ctrl-C stops its children and still writes them, with the files in flight as interrupted. tests/suite/test_mutants.py calls the same functions in-process (fuzz() with shrinking off).
+Ctrl-C stops its children and still writes them, with the files in flight as interrupted.
+tests/suite/test_mutants.py calls the same functions in-process (fuzz() with shrinking off).
 
 The platform is decided first, by the same function conftest.py calls
 (oracles/platform/device.py), before any kernel module is imported.
