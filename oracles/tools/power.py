@@ -471,6 +471,8 @@ def child_ending(returncode: int) -> str | None:
 
 
 _CHILDREN: set[subprocess.Popen] = set()  # the children running now, for stop_children
+STOP_GRACE_S = 10.0
+_STOPPING = threading.Event()  # set by stop_children: a child that dies of a signal now was stopped by us
 _CHILDREN_LOCK = threading.Lock()
 
 
@@ -493,13 +495,14 @@ def _run_child(cmd: list[str], *, env: dict, timeout_s: float) -> subprocess.Com
             _CHILDREN.discard(proc)
 
 
-def stop_children() -> None:
-    """SIGTERM to every child still running: each then reads as "interrupted"."""
+def stop_children(how: signal.Signals = signal.SIGTERM) -> None:
+    """`how` (SIGTERM: each child then reads as "interrupted") to every child still running."""
+    _STOPPING.set()
     with _CHILDREN_LOCK:
         running = list(_CHILDREN)
     for proc in running:
         with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(how)
 
 
 def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_budget_s: float = 10.0,
@@ -526,6 +529,8 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
             try:
                 proc = _run_child(cmd, env=env, timeout_s=timeout_s)
                 how = child_ending(proc.returncode)
+                if proc.returncode < 0 and _STOPPING.is_set():
+                    how = f"interrupted (signal {-proc.returncode})"
                 tail = (proc.stderr or "")[-1500:]
             except subprocess.TimeoutExpired as e:   # its captured output is bytes, whatever `text` says
                 stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
@@ -769,8 +774,10 @@ def main(argv=None) -> int:
               f"the tables hold those", file=sys.stderr, flush=True)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        stopping = time.monotonic()
         while interrupted and not all(f.done() for f in futures):  # a child may start while we stop the others
-            stop_children()
+            # SIGKILL for a child that outlives SIGTERM by STOP_GRACE_S (a handler, a stuck device call)
+            stop_children(signal.SIGTERM if time.monotonic() - stopping < STOP_GRACE_S else signal.SIGKILL)
             wait(futures, timeout=0.5)
         pool.shutdown(wait=True)
         signal.signal(signal.SIGTERM, previous)
