@@ -460,13 +460,13 @@ def case_is_valid(op: str, case_json: dict | None) -> bool:
 EXTERNAL_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
-def child_ending(returncode: int) -> str | None:
+def child_ending(returncode: int, *, stopping: bool = False) -> str | None:
     """How a child ended: None (exit 0), "interrupted (SIGTERM)", "crashed (signal 11)", or
-    "exited with code N"."""
+    "exited with code N". `stopping`: power was stopping its children, so any signal was ours."""
     if returncode == 0:
         return None
-    if returncode < 0 and -returncode in EXTERNAL_SIGNALS:
-        return f"interrupted ({signal.Signals(-returncode).name})"
+    if returncode < 0 and (stopping or -returncode in EXTERNAL_SIGNALS):
+        return f"interrupted (signal {-returncode})" if stopping else f"interrupted ({signal.Signals(-returncode).name})"
     return f"crashed (signal {-returncode})" if returncode < 0 else f"exited with code {returncode}"
 
 
@@ -528,9 +528,7 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             try:
                 proc = _run_child(cmd, env=env, timeout_s=timeout_s)
-                how = child_ending(proc.returncode)
-                if proc.returncode < 0 and _STOPPING.is_set():
-                    how = f"interrupted (signal {-proc.returncode})"
+                how = child_ending(proc.returncode, stopping=_STOPPING.is_set())
                 tail = (proc.stderr or "")[-1500:]
             except subprocess.TimeoutExpired as e:   # its captured output is bytes, whatever `text` says
                 stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")

@@ -177,10 +177,8 @@ def test_a_worker_that_cannot_start_fuzzing_is_the_engines_error(tmp_path):
     planted = tmp_path / "planted"
     planted.mkdir()
     (planted / "watchdog.py").write_text('raise ImportError("planted: watchdog is missing")\n')
-    command = [sys.executable, "-m", "oracles.tools.engine", f"--kernel=hc_head={ROOT / 'kernels' / 'hc_head.py'}", "--workers", "1",
-               "--no-dashboard", "--seconds", "120", f"--database={tmp_path / 'db'}",
-               f"--regressions-dir={tmp_path / 'regressions'}", f"--log-dir={tmp_path / 'logs'}"]
-    env = {k: v for k, v in os.environ.items() if k != engine.DATABASE_ENV}
+    command = engine_command(tmp_path, str(tmp_path / "db"), ROOT / "kernels" / "hc_head.py", 120, False)
+    env = engine_env(cpu_platform=False)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(planted), env.get("PYTHONPATH", "")) if p)
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 3, done.stdout + done.stderr

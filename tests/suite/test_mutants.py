@@ -101,6 +101,7 @@ def test_a_child_ended_by_a_signal_from_outside_is_interrupted_not_caught():
     assert child_ending(-signal.SIGHUP) == "interrupted (SIGHUP)"
     assert child_ending(-signal.SIGSEGV) == f"crashed (signal {int(signal.SIGSEGV)})"
     assert child_ending(3) == "exited with code 3"
+    assert child_ending(-signal.SIGKILL, stopping=True) == f"interrupted (signal {int(signal.SIGKILL)})"
 
 
 def test_a_run_stopped_from_outside_keeps_its_tables_and_leaves_no_child(tmp_path):
