@@ -65,7 +65,7 @@ def test_a_watchdog_that_printed_disarms_faulthandler(capfd):
 
 
 def test_long_tests_are_paired_with_short_ones_in_the_first_hand_out():
-    long = [types.SimpleNamespace(nodeid=f"{suite_run.LONG_FIRST[0]}::long{n}") for n in range(3)]
+    long = [types.SimpleNamespace(nodeid=f"tests/suite/test_gate.py::long{n}") for n in range(3)]
     short = [types.SimpleNamespace(nodeid=f"tests/suite/test_oracles.py::short{n}") for n in range(4)]
     names = lambda items: [i.nodeid.split("::")[1] for i in items]  # noqa: E731
     ordered = suite_run.long_first(short[:2] + long + short[2:])
@@ -76,3 +76,15 @@ def test_long_tests_are_paired_with_short_ones_in_the_first_hand_out():
         ["long0", "short0", "long1", "short1", "long2", "short2", "short3"]
     assert names(suite_run.long_tests_apart(ordered, workers=16)) == \
         ["long0", "short0", "long1", "short1", "long2", "short2", "short3"]
+
+
+def test_a_long_test_function_goes_first_with_its_parameters_and_not_its_file():
+    sharded = "tests/suite/test_mps.py::test_a_sharded_gate_under_mps_names_only_cases_that_fault_alone"
+    assert sharded in suite_run.LONG_FIRST and "tests/suite/test_mps.py" not in suite_run.LONG_FIRST
+    items = [types.SimpleNamespace(nodeid=n) for n in (
+        "tests/suite/test_mps.py::test_a_replay_that_cannot_run_says_why",
+        "tests/suite/test_gate.py::test_severities_in_one_gate_run",
+        f"{sharded}[1]", sharded)]
+    assert [i.nodeid for i in suite_run.long_first(items)] == \
+        [f"{sharded}[1]", sharded, "tests/suite/test_gate.py::test_severities_in_one_gate_run",
+         "tests/suite/test_mps.py::test_a_replay_that_cannot_run_says_why"]
