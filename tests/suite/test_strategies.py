@@ -405,6 +405,15 @@ def test_gate_topk_a_structure_outside_the_limits_is_refused():
         gate_topk_cases(max_rows=3, structure_pool=((2, 8, 9, torch.bfloat16),))  # k > N
 
 
+def test_gate_topk_gpu_pool_holds_k_equal_n_in_the_judges_form_and_outside_it():
+    """A kernel that hands k = N to torch.sort is caught only by a case with k = N. With it in the
+    free form's pool entries only, the ci profile's 20 GPU cases held none (H100, 2026-12-06)."""
+    from strategies.gate_topk import GPU_STRUCTURES, SIZES, _judge_structures
+    full = [(M, N, k) for M, N, k, _ in GPU_STRUCTURES if k == N and M >= 1]
+    judged = [(M, N, k) for M, N, k, _ in _judge_structures(GPU_STRUCTURES, SIZES["cuda"]["max_k"]) if k == N]
+    assert full and judged, (full, judged)
+
+
 @pytest.mark.parametrize("op", ["hc_head", "sigmoid_gate_topk_renorm", "gate_topk", "moe_fused_gate"])
 def test_every_ops_gpu_sizes_make_a_strategy_that_draws(op):
     """SIZES["cuda"] is only used on a GPU: a pool entry outside its own limits (gate_topk's 512
