@@ -561,6 +561,9 @@ def run(args) -> int:
                 print("failures found:\n" + render_fixtures(found), flush=True)
 
     next_look = time.monotonic() + min(args.replay_every, 30.0)
+    # SIGTERM (a shell's timeout, a CI runner, kill) stops the run as Ctrl-C does. Without this the
+    # engine died on the spot and left its workers, each in a session of its own, fuzzing on.
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         while True:
             now = time.monotonic()
@@ -583,6 +586,7 @@ def run(args) -> int:
         ended = "interrupted"
     finally:
         processes.stop()
+        signal.signal(signal.SIGTERM, previous_sigterm)
     replay_new()
     fixtures += new_fixture_files(regressions, started)
     rows = campaign(database)
@@ -599,6 +603,10 @@ def run(args) -> int:
     # A worker that died before fuzzing (a missing dependency, a collection error) fuzzed nothing:
     # exit 0 would read as "nothing found" (an H200 run lacking `watchdog` did so, 2026-12-02).
     return 3 if could_not_fuzz else 0
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
