@@ -507,21 +507,30 @@ def run(args) -> int:
     started = time.time()
     pytest_args = engine_pytest_args(args)
     engine = [sys.executable, "-m", "oracles.tools.engine"]
+    # SIGTERM (a shell's timeout, a CI runner, kill) stops the run as Ctrl-C does: it killed the
+    # engine on the spot and left its workers, each in a session of its own, fuzzing on. SIGINT is
+    # handled even where it was inherited ignored (a background job of a script): the engine stops
+    # its workers by SIGINT, and a child execs with an ignored signal still ignored but a handled
+    # one back to its default, so its workers ignored it, waited out the grace and were killed
+    # with their database writes unflushed.
+    previous = {sig: signal.signal(sig, _raise_keyboard_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     processes = Processes()
     where = (f"{workers} worker(s) on GPU(s) {', '.join(gpus[i % len(gpus)] for i in range(workers))}" if gpus
              else f"{workers} worker(s) on the CPU (Triton interpreter)")
     print(f"tritonfuzz engine: {where}; database {args.database}; fixtures to {regressions}; logs in {log_dir}",
           flush=True)
-    if args.dashboard:
-        # The dashboard only reads the database: it never needs a GPU.
-        processes.start("dashboard", [*engine, DASHBOARD_COMMAND, args.host, str(args.port), *pytest_args],
-                        child_env(args, CUDA_VISIBLE_DEVICES=""), log_dir / "dashboard.log")
-        where = f"http://{args.host}:{args.port}/" if args.port else f"a free port, printed in {log_dir / 'dashboard.log'}"
-        print(f"dashboard: {where}", flush=True)
-    for i in range(workers):
-        pin = {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {}
-        processes.start(f"worker-{i}", [*engine, WORKER_COMMAND, *pytest_args], child_env(args, **pin),
-                        log_dir / f"worker-{i}.log")
+
+    def start_children() -> None:  # inside the try below: a stop signal meanwhile still stops them
+        if args.dashboard:
+            # The dashboard only reads the database: it never needs a GPU.
+            processes.start("dashboard", [*engine, DASHBOARD_COMMAND, args.host, str(args.port), *pytest_args],
+                            child_env(args, CUDA_VISIBLE_DEVICES=""), log_dir / "dashboard.log")
+            at = f"http://{args.host}:{args.port}/" if args.port else f"a free port, printed in {log_dir / 'dashboard.log'}"
+            print(f"dashboard: {at}", flush=True)
+        for i in range(workers):
+            pin = {"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {}
+            processes.start(f"worker-{i}", [*engine, WORKER_COMMAND, *pytest_args], child_env(args, **pin),
+                            log_dir / f"worker-{i}.log")
     restarts: dict[str, int] = {}
     done: dict[str, str] = {}  # workers that ended for good, and why
     could_not_fuzz: dict[str, str] = {}  # of those, the ones that died before fuzzing anything
@@ -561,10 +570,8 @@ def run(args) -> int:
                 print("failures found:\n" + render_fixtures(found), flush=True)
 
     next_look = time.monotonic() + min(args.replay_every, 30.0)
-    # SIGTERM (a shell's timeout, a CI runner, kill) stops the run as Ctrl-C does. Without this the
-    # engine died on the spot and left its workers, each in a session of its own, fuzzing on.
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
+        start_children()
         while True:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
@@ -586,7 +593,8 @@ def run(args) -> int:
         ended = "interrupted"
     finally:
         processes.stop()
-        signal.signal(signal.SIGTERM, previous_sigterm)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     replay_new()
     fixtures += new_fixture_files(regressions, started)
     rows = campaign(database)
