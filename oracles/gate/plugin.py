@@ -33,6 +33,7 @@ from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check
 from oracles.ops import OPS
 from oracles.platform import mps
 from oracles.platform.device import gpu_available, gpu_lock_path, interpreted, suite_device
+from oracles.platform.interrupts import raise_keyboard_interrupt
 from oracles.platform.mps import start_private_mps, stop_private_mps
 from oracles.submission.loader import IMPORT_PROBE_TIMEOUT_S, KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option
 from strategies.case import BEYOND_INT32
@@ -199,13 +200,9 @@ def stop_on_sigterm(config) -> None:
     the process on the spot and left both behind. A handler someone else installed is kept."""
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         try:
-            config.stash[SIGTERM_BEFORE] = signal.signal(signal.SIGTERM, _interrupt)
+            config.stash[SIGTERM_BEFORE] = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
         except ValueError:  # not the main thread (pytest run from a thread): left as it is
             pass
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def pytest_configure(config):
@@ -475,7 +472,6 @@ def spread_shards(items: list) -> list:
     return spread + others[len(shards):] + last
 
 
-
 @pytest.fixture(scope="session")
 def run_options(request) -> RunOptions:
     # TRITONFUZZ_SANITIZE=0: no guard bands (set for the compute-sanitizer replay of --memcheck,
@@ -487,7 +483,6 @@ def run_options(request) -> RunOptions:
     return RunOptions(device=suite_device(), judge_exact=request.config.getoption("judge_exact"),
                       strict=strict(request.config), determinism=gate, portability=gate, sanitize=sanitize,
                       alloc_limit=call_limit_bytes(request.config.getoption("memory_limit")))
-
 
 
 @pytest.fixture
@@ -527,7 +522,6 @@ def fuzz(request, run_options, shard) -> Fuzz:
     return Fuzz(request.node, run_options, budget_s=config.getoption("gate_budget"),
                 case_timeout_s=config.getoption("case_timeout"),
                 kind=item_role(request.node))
-
 
 
 @pytest.hookimpl(hookwrapper=True)

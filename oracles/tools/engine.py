@@ -54,6 +54,7 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
+from oracles.platform.interrupts import raise_keyboard_interrupt
 from strategies.fixtures import DEFAULT_REGRESSIONS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -513,7 +514,7 @@ def run(args) -> int:
     # its workers by SIGINT, and a child execs with an ignored signal still ignored but a handled
     # one back to its default, so its workers ignored it, waited out the grace and were killed
     # with their database writes unflushed.
-    previous = {sig: signal.signal(sig, _raise_keyboard_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, raise_keyboard_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     processes = Processes()
     where = (f"{workers} worker(s) on GPU(s) {', '.join(gpus[i % len(gpus)] for i in range(workers))}" if gpus
              else f"{workers} worker(s) on the CPU (Triton interpreter)")
@@ -611,10 +612,6 @@ def run(args) -> int:
     # A worker that died before fuzzing (a missing dependency, a collection error) fuzzed nothing:
     # exit 0 would read as "nothing found" (an H200 run lacking `watchdog` did so, 2026-12-02).
     return 3 if could_not_fuzz else 0
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -67,6 +67,7 @@ from oracles.harness.differential import RunOptions, call_kernel, raised_message
 from oracles.harness.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
 from oracles.gate.fuzz import end_unless_replaying, example_choices  # noqa: E402
 from oracles.platform.device import gpu_available, suite_device  # noqa: E402
+from oracles.platform.interrupts import raise_keyboard_interrupt  # noqa: E402
 from oracles.platform.stacks import print_stacks_after  # noqa: E402
 from oracles.ops import OPS, get_op  # noqa: E402
 from oracles.tolerances import KERNELBENCH_TOLERANCE  # noqa: E402
@@ -757,7 +758,7 @@ def main(argv=None) -> int:
 
     # A run stopped from outside (a shell's timeout sends SIGTERM, Ctrl-C SIGINT) still leaves the
     # tables of every file that ended: they are rewritten as each one ends, and once more here.
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    previous = signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
     interrupted = False
     futures = [pool.submit(work, m) for m in todo]
@@ -787,10 +788,6 @@ def main(argv=None) -> int:
             shutil.rmtree(fixtures, ignore_errors=True)
     print(save())
     return 130 if interrupted else 0
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def write_atomically(path: Path, text: str) -> None:
