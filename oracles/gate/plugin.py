@@ -308,6 +308,13 @@ def freeze_hypothesis_local_constants():
     modules). So every project module is imported now, the pool is computed once and frozen:
     later imports no longer change what a derandomized test draws. If a Hypothesis release
     moves that internal function, nothing is frozen (and nothing breaks).
+
+    The pool leaves out installed packages that Hypothesis takes for local code: it tells them by
+    a "/site-packages/" in their path, and packages installed elsewhere (the device runs' `pip
+    install --target /tmp/site` on PYTHONPATH: pytest, xdist, HypoFuzz...) added their constants,
+    so the same ci test drew other cases on the GPU than the CPU's simulation of the GPU sizes
+    (gate_topk's torch_fallback_full_sort escaped there, H100, 2026-12-06). A kernel under test,
+    loaded by its path, stays in the pool.
     """
     import importlib
     for folder in ("kernels", "oracles", "strategies"):
@@ -324,11 +331,33 @@ def freeze_hypothesis_local_constants():
         with warnings.catch_warnings():  # harvesting here, at configure time, is the point
             warnings.filterwarnings("ignore", message="Slow code in plugin")
             frozen = harvest()
+            frozen = _without_installed_packages(frozen)
 
         def frozen_local_constants():
             return frozen
         frozen_local_constants.tritonfuzz_frozen = True
         providers._get_local_constants = frozen_local_constants
+
+
+def _without_installed_packages(harvested):
+    """The constants of the local modules loaded now that are not installed packages: this
+    project's, and modules loaded by their path (kernels under test). An installed package is
+    one imported from a sys.path folder other than the project's. `harvested` if Hypothesis's
+    internals moved."""
+    try:
+        from hypothesis.internal.constants_ast import Constants, constants_from_module, is_local_module_file
+    except ImportError:
+        return harvested
+    installs = {Path(p).resolve() for p in sys.path if p and Path(p).is_dir()} - {ROOT}
+    pool = Constants()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path or not is_local_module_file(path):
+            continue
+        resolved = Path(path).resolve()
+        if resolved.is_relative_to(ROOT) or not any(resolved.is_relative_to(d) for d in installs):
+            pool |= constants_from_module(module)
+    return pool
 
 
 def pin_xdist_worker_to_gpu():
