@@ -65,6 +65,7 @@ from hypothesis.errors import InvalidArgument  # noqa: E402
 from oracles.submission.loader import Implementation, load_kernel  # noqa: E402
 from oracles.harness.differential import RunOptions, call_kernel, raised_message, run_case  # noqa: E402
 from oracles.harness.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
+from oracles.gate.constant_pool import freeze_local_constants  # noqa: E402
 from oracles.gate.fuzz import end_unless_replaying, example_choices  # noqa: E402
 from oracles.platform.device import gpu_available, suite_device  # noqa: E402
 from oracles.platform.interrupts import raise_keyboard_interrupt  # noqa: E402
@@ -708,6 +709,7 @@ def _parser() -> argparse.ArgumentParser:
 def _child(args) -> int:
     if args.stacks_at:
         print_stacks_after(max(args.stacks_at - time.time(), 0.1), file=sys.stderr)
+    freeze_local_constants()  # before the mutant loads: the pool the suite's test_mutants draws with
     path = Path(args.one).resolve()
     op = path.parent.name
     listed = {m.path.resolve(): m for m in manifest(op)}

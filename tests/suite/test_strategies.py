@@ -521,7 +521,7 @@ POOL_ROW_WIDTH = {
 
 
 def test_the_frozen_constant_pool_holds_the_projects_and_path_loaded_modules_not_installed_ones(tmp_path, monkeypatch):
-    """The local constants a derandomized test may draw (oracles/gate/plugin.py): this project's and
+    """The local constants a derandomized test may draw (oracles/gate/constant_pool.py): this project's and
     those of a module loaded by its path (a kernel under test), never an installed package's, wherever
     it was installed. Hypothesis took the device runs' `pip install --target /tmp/site` for local code,
     and the GPU's ci cases differed from the CPU's simulation of them (H100, 2026-12-06)."""
@@ -529,7 +529,7 @@ def test_the_frozen_constant_pool_holds_the_projects_and_path_loaded_modules_not
     import importlib.util
     import sys
     from hypothesis.internal.constants_ast import Constants
-    from oracles.gate.plugin import _without_installed_packages
+    from oracles.gate.constant_pool import without_installed_packages
     package = tmp_path / "site" / "installed_for_the_pool"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("MAGIC = 918273645\n")
@@ -541,6 +541,6 @@ def test_the_frozen_constant_pool_holds_the_projects_and_path_loaded_modules_not
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "kernel_for_the_pool", module)
-    pool = set(_without_installed_packages(Constants()))
+    pool = set(without_installed_packages(Constants()))
     assert 546372819 in pool and 918273645 not in pool
     assert "--gate-budget" in pool  # the project's own (oracles/gate/plugin.py)
