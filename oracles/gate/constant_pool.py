@@ -44,8 +44,9 @@ def freeze_local_constants() -> None:
         import warnings
         with warnings.catch_warnings():  # harvesting here, at configure time, is the point
             warnings.filterwarnings("ignore", message="Slow code in plugin")
-            frozen = harvest()
-            frozen = without_installed_packages(frozen)
+            frozen = without_installed_packages()
+            if frozen is None:  # Hypothesis's constants_ast moved: its own harvest, as it is
+                frozen = harvest()
 
         def frozen_local_constants():
             return frozen
@@ -53,15 +54,15 @@ def freeze_local_constants() -> None:
         providers._get_local_constants = frozen_local_constants
 
 
-def without_installed_packages(harvested):
+def without_installed_packages():
     """The constants of the local modules loaded now that are not installed packages: this
     project's, and modules loaded by their path (kernels under test). An installed package is
-    one imported from a sys.path folder other than the project's. `harvested` if Hypothesis's
-    internals moved."""
+    one imported from a sys.path folder other than the project's. None if Hypothesis's internals
+    moved."""
     try:
         from hypothesis.internal.constants_ast import constants_from_module, is_local_module_file
     except ImportError:
-        return harvested
+        return None
     installs = {Path(p).resolve() for p in sys.path if p and Path(p).is_dir()} - {ROOT}
     # the root conftest.py, which pytest loads and a power child does not: in the pool either way
     conftest = types.ModuleType("conftest")

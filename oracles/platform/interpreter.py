@@ -766,9 +766,9 @@ def skip_inert_overflow_checks() -> None:
     does nothing unless the options' ``debug`` is on. The interpreter's options never turn it on.
     So every interpreted integer op paid for a check that could not fire (about a sixth of the
     mutant tests' time: tests/results/2026-12-06-session19.md). Each op still wraps as on a GPU.
-    The interpreter's own semantic instance skips the check while ``debug`` is off, and runs it as before when it is on; the GPU compiler's semantic
-    is untouched. Left alone where the installed Triton's check or device_assert reads differently.
-    Idempotent."""
+    The interpreter's own semantic instance skips the check while ``debug`` is off, and runs it as
+    before when it is on; the GPU compiler's semantic is untouched. Left alone where the installed
+    Triton's check or device_assert reads differently. Idempotent."""
     import inspect
     import types
     try:

@@ -386,11 +386,8 @@ def kernelbench_baseline(impl: Implementation, device_name: str | None = None, *
 
 
 def _write_json(path: Path | None, obj: dict) -> None:
-    if path is None:
-        return
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    if path is not None:
+        write_atomically(path, json.dumps(obj))
 
 
 def run_one(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_budget_s: float = 10.0,

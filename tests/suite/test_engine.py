@@ -21,6 +21,7 @@ from oracles.tools import engine
 from oracles.harness.differential import RunOptions, run_case
 from oracles.verdict import FAIL, PASS, RISK, bounded_check
 from strategies.hc_head import hc_head_cases, judge_cases
+from processes import processes_naming
 from stand_ins import hc_head_over_the_reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,12 +139,6 @@ def hc_head(x, hc_fn, hc_scale, hc_base, norm_eps, hc_eps):
 """
 
 
-def processes_of(tmp_path: Path) -> str:
-    """The processes whose command line names tmp_path (the engine, its workers, its replays)."""
-    listing = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etime,args"], capture_output=True, text=True).stdout
-    return "\n".join(line[:300] for line in listing.splitlines() if str(tmp_path) in line) or "(none)"
-
-
 def log_tail(path: Path) -> str:
     return path.read_text(errors="replace")[-3000:] if path.exists() else f"({path} does not exist)"
 
@@ -180,8 +175,8 @@ def test_a_worker_killed_by_its_kernel_is_started_again(tmp_path, stop):
             try:
                 code = process.wait(timeout=120)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"the engine did not end within 120 s of {signum.name}; its processes:\n"
-                            f"{processes_of(tmp_path)}\nits output:\n{out_path.read_text()[-3000:]}\n"
+                pytest.fail(f"the engine did not end within 120 s of {signum.name}; its processes: "
+                            f"{processes_naming(str(tmp_path))}\nits output:\n{out_path.read_text()[-3000:]}\n"
                             f"worker-0.log:\n{log_tail(tmp_path / 'logs' / 'worker-0.log')}")
         finally:
             process.kill()
@@ -189,7 +184,7 @@ def test_a_worker_killed_by_its_kernel_is_started_again(tmp_path, stop):
     assert code == 1, stdout
     assert "worker-0 died (exit code -11; a negative code is the signal): restarting it (1 of" in stdout, stdout
     assert "tritonfuzz engine: interrupted" in stdout and "worker-0: restarted " in stdout, stdout
-    assert processes_of(tmp_path) == "(none)", "a worker outlived the engine:\n" + processes_of(tmp_path)
+    assert not processes_naming(str(tmp_path)), f"a worker outlived the engine: {processes_naming(str(tmp_path))}"
 
 
 def test_a_worker_that_cannot_start_fuzzing_is_the_engines_error(tmp_path):

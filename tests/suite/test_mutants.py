@@ -115,19 +115,13 @@ def test_a_run_stopped_from_outside_keeps_its_tables_and_leaves_no_child(tmp_pat
     import time
     from pathlib import Path
 
+    from processes import processes_naming
     root = Path(__file__).resolve().parents[2]
     variant = next(m for m in manifest("gate_topk") if m.correct)
     marker = tmp_path / "fixtures-of-this-test"  # in every child's command line
 
     def children() -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                if entry.name.isdigit() and str(marker).encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-        return found
+        return list(processes_naming(str(marker)))
 
     run = subprocess.Popen([sys.executable, "-m", "oracles.tools.power", "--op", "gate_topk", "--only", variant.name,
                             "--profile", "gate", "--phases", "property", "--jobs", "1", "--timeout", "300",

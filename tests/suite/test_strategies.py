@@ -528,7 +528,6 @@ def test_the_frozen_constant_pool_holds_the_projects_and_path_loaded_modules_not
     import importlib
     import importlib.util
     import sys
-    from hypothesis.internal.constants_ast import Constants
     from oracles.gate.constant_pool import without_installed_packages
     package = tmp_path / "site" / "installed_for_the_pool"
     package.mkdir(parents=True)
@@ -541,6 +540,6 @@ def test_the_frozen_constant_pool_holds_the_projects_and_path_loaded_modules_not
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "kernel_for_the_pool", module)
-    pool = set(without_installed_packages(Constants()))
+    pool = set(without_installed_packages())
     assert 546372819 in pool and 918273645 not in pool
     assert "--gate-budget" in pool  # the project's own (oracles/gate/plugin.py)
