@@ -1,0 +1,372 @@
+"""How fast the fuzzing tier itself runs, against the goals of issue 14, in one command.
+
+    python -m oracles.tools.tier_speed [--steps gates,suite,mutants,hidden] [--op OP] [--gate-budget S]
+                                       [--gate-shards N] [--hidden OP=PATH] [--time-limit S]
+                                       [--out FILE.md] [--json FILE.json]
+
+Each step runs what a user runs, in a child process, and reads what that prints or writes:
+
+  gates    per op, the property alone on the bundled kernel: `pytest --kernel=OP=kernels/OP.py
+           -k test_kernel_agrees --gate-budget S --gate-shards N`, sanitizers on; from its JSON
+           report, the drawn cases and rows and the drawn phase's own time (its longest shard).
+           Goals: 50 examples/s and 100,000 rows/s an op.
+  suite    `pytest -n auto --hypothesis-profile ci`, timed by pytest. Goal: 150 s.
+  mutants  `python -m oracles.tools.power --profile gate --phases property`: every file of
+           tests/mutants under the gate profile, each in a child with --mutant-timeout. Goal: every
+           mutant caught, and (not a goal of the issue, a condition of a sound suite) no correct
+           variant flagged.
+  hidden   with --hidden OP=PATH, a whole gate on that kernel, `--gate-budget 30`: a third-party
+           kernel with `hidden` as a constexpr compiles once per hidden size. Goal: 90 s of wall
+           time with 1,000 rows checked or more.
+
+The goals are for one GPU (issue 14 names an H200); on the CPU the same steps run under Triton's
+interpreter and the table says "not a GPU". --time-limit bounds the whole run: each step gets
+what is left, and a step cut short says so. The last thing printed is a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from oracles.platform.interrupts import raise_keyboard_interrupt
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = ("gates", "suite", "mutants", "hidden")
+
+# Issue 14's goals, on one GPU.
+EXAMPLES_PER_S = 50.0
+ROWS_PER_S = 100_000.0
+SUITE_S = 150.0
+HIDDEN_WALL_S = 90.0
+HIDDEN_ROWS = 1_000
+
+SUMMARY_LINE = re.compile(r"=+ (?P<body>.*\b(passed|failed|error|errors)\b.*) in (?P<seconds>[\d.]+)s")
+
+
+@dataclass
+class Measure:
+    """One line of the table: what was measured, the goal, and whether it was met (None: no goal
+    applies, or the step gave no number)."""
+    step: str
+    subject: str
+    value: str
+    goal: str
+    met: bool | None
+    detail: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading what the children wrote (pure)
+
+def gate_measures(report: dict, *, wall_s: float) -> list[Measure]:
+    """An op's throughput from a gate's JSON report (oracles/gate/report.schema.json)."""
+    out = []
+    for impl in report["implementations"]:
+        examples, rows = impl["examples"]["fuzz"], impl["rows"]["fuzz"]
+        drawn_s = impl["budget"].get("drawn_s") or 0.0
+        risks = ", ".join(f"{k} {v}" for k, v in sorted(impl["risk_counts"].items())) or "none"
+        detail = (f"{impl['verdict'].upper()}; {examples:,} examples, {rows:,} rows in {drawn_s:.1f} s drawn "
+                  f"({wall_s:.0f} s wall); risks: {risks}")
+        if not drawn_s or not examples:
+            out.append(Measure("gates", impl["op"], "no drawn case", f">= {EXAMPLES_PER_S:g} examples/s", False, detail))
+            continue
+        per_s, rows_per_s = examples / drawn_s, rows / drawn_s
+        out.append(Measure("gates", impl["op"], f"{per_s:.1f} examples/s", f">= {EXAMPLES_PER_S:g} examples/s",
+                           per_s >= EXAMPLES_PER_S and impl["verdict"] == "pass", detail))
+        out.append(Measure("gates", impl["op"], f"{_number(rows_per_s)} rows/s", f">= {ROWS_PER_S:,.0f} rows/s",
+                           rows_per_s >= ROWS_PER_S and impl["verdict"] == "pass", detail))
+    return out
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
+
+
+def suite_measure(output: str, *, returncode: int, wall_s: float) -> Measure:
+    """The suite's time from pytest's last summary line ("=== 3 passed, 1 failed in 12.34s ===")."""
+    found = [m for m in SUMMARY_LINE.finditer(output)]
+    if not found:
+        return Measure("suite", "pytest -n auto --hypothesis-profile ci", "no summary line",
+                       f"<= {SUITE_S:g} s, green", False, f"exit {returncode} after {wall_s:.0f} s")
+    last = found[-1]
+    seconds = float(last.group("seconds"))
+    green = returncode == 0 and not re.search(r"\b(failed|errors?)\b", last.group("body"))
+    return Measure("suite", "pytest -n auto --hypothesis-profile ci", f"{seconds:.1f} s",
+                   f"<= {SUITE_S:g} s, green", green and seconds <= SUITE_S,
+                   f"{last.group('body')}; {wall_s:.0f} s wall")
+
+
+def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Measure]:
+    """From oracles.tools.power's --json ({op: {file: {"property": {...}}}}) and each op's files
+    ({file: is a correct variant}, its MANIFEST.md): mutants caught, correct variants flagged. A
+    file stopped from outside or never started has no verdict: neither caught nor missed, and no
+    goal is met while one is left."""
+    outcome = {True: {"flagged": [], "clean": [], "no verdict": []},       # correct variants
+               False: {"caught": [], "missed": [], "no verdict": []}}      # mutants
+    slowest = (0.0, "")
+    for op, names in files.items():
+        for name, correct in names.items():
+            prop = (results.get(op, {}).get(name) or {}).get("property") or {}
+            label = f"{op}/{name}"
+            if not prop or prop.get("interrupted"):
+                kind = "no verdict"
+            elif correct:
+                kind = "flagged" if prop.get("caught") else "clean"
+            else:
+                kind = "caught" if prop.get("caught") else "missed"
+            outcome[correct][kind].append(label)
+            if kind == "caught":
+                slowest = max(slowest, (prop.get("seconds", 0.0), label))
+    mutants, variants = outcome[False], outcome[True]
+    n_mutants, n_variants = (sum(map(len, mutants.values())), sum(map(len, variants.values())))
+    mutant_detail = _joined((f"missed: {', '.join(mutants['missed'])}", mutants["missed"]),
+                            (f"no verdict (stopped or never started): {', '.join(mutants['no verdict'])}",
+                             mutants["no verdict"]),
+                            (f"slowest catch {slowest[0]:.1f} s ({slowest[1]})", slowest[1]))
+    variant_detail = _joined((f"flagged: {', '.join(variants['flagged'])}", variants["flagged"]),
+                             (f"no verdict: {', '.join(variants['no verdict'])}", variants["no verdict"]))
+    return [Measure("mutants", "tests/mutants, gate profile", f"{len(mutants['caught'])}/{n_mutants} caught",
+                    "every mutant caught", len(mutants["caught"]) == n_mutants if n_mutants else None, mutant_detail),
+            Measure("mutants", "correct variants, gate profile",
+                    f"{len(variants['flagged'])}/{n_variants} flagged, {len(variants['clean'])} clean",
+                    "none flagged", len(variants["clean"]) == n_variants if n_variants else None, variant_detail)]
+
+
+def _joined(*parts: tuple[str, object]) -> str:
+    """The texts whose condition holds, joined with '; '."""
+    return "; ".join(text for text, holds in parts if holds)
+
+
+def hidden_measure(report: dict | None, *, wall_s: float, returncode: int, kernel: str) -> Measure:
+    goal = f"<= {HIDDEN_WALL_S:g} s, >= {HIDDEN_ROWS:,} rows"
+    if report is None:
+        return Measure("hidden", kernel, "no report", goal, False, f"exit {returncode} after {wall_s:.0f} s")
+    rows = sum(sum(i["rows"].values()) for i in report["implementations"])
+    judged = [i["judge_official"] for i in report["implementations"]]
+    detail = (f"verdict {report['verdict'].upper()}; judge cases passed "
+              f"{sum(j['passed'] for j in judged)}, failed {sum(j['failed'] for j in judged)}")
+    return Measure("hidden", kernel, f"{wall_s:.0f} s, {rows:,} rows", goal,
+                   wall_s <= HIDDEN_WALL_S and rows >= HIDDEN_ROWS, detail)
+
+
+def render(measures: list[Measure], *, device: str, commit: str, date: str) -> str:
+    mark = {True: "met", False: "**not met**", None: "-"}
+    lines = [f"tritonfuzz tier speed, {date}, {device}, tree {commit}", "",
+             "| step | subject | measured | goal (one GPU) | | detail |", "|---|---|---|---|---|---|"]
+    lines += [f"| {m.step} | {m.subject} | {m.value} | {m.goal} | {mark[m.met]} | {m.detail} |" for m in measures]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the children
+
+def run_child(command: list[str], *, seconds: float, log: Path, grace_s: float = 30.0) -> tuple[int, str, float]:
+    """(exit code, output, wall seconds). The child runs in a process group of its own; past
+    `seconds`, or when this tool is interrupted, the group gets SIGINT as from a terminal's Ctrl-C
+    (a gate then still writes its table and report), and SIGKILL `grace_s` later. Whatever the child
+    leaves in its group when it ends (a worker stuck in a driver call, say) is killed."""
+    started = time.monotonic()
+    with open(log, "w+") as out:
+        child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
+        try:
+            child.wait(timeout=max(1.0, seconds))
+        except subprocess.TimeoutExpired:
+            stop_group(child, grace_s)
+        except KeyboardInterrupt:
+            stop_group(child, grace_s)
+            raise
+        signal_group(child, signal.SIGKILL)
+        out.seek(0)
+        return child.returncode, out.read(), time.monotonic() - started
+
+
+def stop_group(child: subprocess.Popen, grace_s: float) -> None:
+    signal_group(child, signal.SIGINT)
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        signal_group(child, signal.SIGKILL)
+        child.wait()
+
+
+def signal_group(child: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(child.pid, sig)
+    except ProcessLookupError:  # nothing is left in the group
+        pass
+
+
+def gate_command(op: str, kernel: str, *, budget: float, shards: int, report: Path, regressions: Path,
+                 select: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "-m", "pytest", f"--kernel={op}={kernel}", "-p", "no:cacheprovider", "-q",
+            f"--gate-budget={budget:g}", "--minimize-budget=5", f"--gate-shards={shards}",
+            f"--gate-report={report}", f"--regressions-dir={regressions}", *select]
+
+
+def read_report(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def mutant_files(ops) -> dict[str, dict[str, bool]]:
+    """{op: {file: is a correct variant}} from each op's tests/mutants MANIFEST.md."""
+    from oracles.tools.power import manifest  # imports torch: only once the mutants ran
+    return {op: {m.name: m.correct for m in manifest(op)} for op in ops}
+
+
+def measure(args, scratch: Path, deadline: float, measures: list[Measure]) -> None:
+    """Run the steps asked for, appending each one's measures as it ends (an interrupt keeps those)."""
+    from oracles.ops import OPS
+    ops = args.op or list(OPS)
+    left = lambda: deadline - time.monotonic()  # noqa: E731
+    if "gates" in args.steps:
+        for op in ops:
+            report = scratch / f"gate_{op}.json"
+            command = gate_command(op, f"kernels/{op}.py", budget=args.gate_budget, shards=args.gate_shards,
+                                   report=report, regressions=scratch / "regressions",
+                                   select=("-k", "test_kernel_agrees"))
+            code, output, wall = run_child(command, seconds=min(left(), args.gate_budget * 4 + 120),
+                                           log=scratch / f"gate_{op}.log")
+            found = read_report(report)
+            measures += (gate_measures(found, wall_s=wall) if found else
+                         [Measure("gates", op, "no report", f">= {EXAMPLES_PER_S:g} examples/s", False,
+                                  f"exit {code} after {wall:.0f} s: {output[-300:]!r}")])
+            print(f"[tier_speed] gate {op}: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
+    if "suite" in args.steps:
+        command = [sys.executable, "-m", "pytest", "-n", "auto", "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-q"]
+        code, output, wall = run_child(command, seconds=left(), log=scratch / "suite.log")
+        measures.append(suite_measure(output, returncode=code, wall_s=wall))
+        print(f"[tier_speed] suite: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
+    if "mutants" in args.steps:
+        results = scratch / "power.json"
+        command = [sys.executable, "-m", "oracles.tools.power", "--profile", "gate", "--phases", "property",
+                   "--jobs", str(args.jobs), "--timeout", f"{args.mutant_timeout:g}", "--shrink-budget", "3",
+                   "--minimize-budget", "3", "--json", str(results), *[f"--op={op}" for op in ops]]
+        code, output, wall = run_child(command, seconds=left(), log=scratch / "power.log")
+        found = read_report(results)
+        if found is None:
+            measures.append(Measure("mutants", "tests/mutants, gate profile", "no results", "every mutant caught",
+                                    False, f"exit {code} after {wall:.0f} s"))
+        else:
+            caught, clean = mutant_measures(found, mutant_files(ops))
+            stopped = " (stopped at the time limit)" if code == 130 else ""
+            caught.detail = _joined((caught.detail, caught.detail), (f"{wall:.0f} s wall{stopped}", True))
+            measures += [caught, clean]
+        print(f"[tier_speed] mutants: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
+    if "hidden" in args.steps and args.hidden:
+        op, _, kernel = args.hidden.partition("=")
+        report = scratch / "hidden.json"
+        command = gate_command(op, kernel, budget=30, shards=1, report=report, regressions=scratch / "regressions_hidden")
+        code, output, wall = run_child(command, seconds=left(), log=scratch / "hidden.log")
+        measures.append(hidden_measure(read_report(report), wall_s=wall, returncode=code, kernel=Path(kernel).name))
+        print(f"[tier_speed] hidden {kernel}: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
+    elif "hidden" in args.steps:
+        measures.append(Measure("hidden", "not run", "-", f"<= {HIDDEN_WALL_S:g} s, >= {HIDDEN_ROWS:,} rows", None,
+                                "no --hidden OP=PATH given"))
+
+
+def describe_device() -> str:
+    import torch
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
+    return f"CPU, not a GPU: Triton's interpreter (torch {torch.__version__})"
+
+
+def current_commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m oracles.tools.tier_speed", description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", default="gates,suite,mutants,hidden", type=steps_option,
+                   help=f"which steps, comma-separated (default: all of {','.join(STEPS)}; hidden needs --hidden)")
+    p.add_argument("--op", action="append", help="only this op's gate and mutants (repeatable; default: every op)")
+    p.add_argument("--gate-budget", type=positive(float), default=30.0, help="seconds of drawn cases an op (default 30)")
+    p.add_argument("--gate-shards", type=positive(int), default=None,
+                   help="shards of each op's gate (default: 12 on a GPU, 1 on the CPU)")
+    p.add_argument("--hidden", metavar="OP=PATH", help="a third-party kernel for the hidden step")
+    p.add_argument("--jobs", type=positive(int), default=os.cpu_count() or 1, help="mutant files at once (default: CPUs)")
+    p.add_argument("--mutant-timeout", type=positive(float), default=120.0, help="seconds a mutant file may run (default 120)")
+    p.add_argument("--time-limit", type=positive(float), default=3600.0, help="seconds for the whole run (default 3600)")
+    p.add_argument("--out", metavar="FILE.md", help="also write the table here")
+    p.add_argument("--json", metavar="FILE.json", help="also write the measures here")
+    p.add_argument("--keep", metavar="DIR", help="keep the children's logs and reports in DIR")
+    return p
+
+
+def positive(kind):
+    def parse(value: str):
+        try:
+            number = kind(value)
+        except ValueError:
+            number = 0
+        if not number > 0:
+            raise argparse.ArgumentTypeError(f"{value!r}: expected a positive {'integer' if kind is int else 'number'}")
+        return number
+    return parse
+
+
+def steps_option(value: str) -> tuple[str, ...]:
+    steps = tuple(s for s in value.split(",") if s)
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown or not steps:
+        raise argparse.ArgumentTypeError(f"--steps {value!r}: expected a comma-separated list of {', '.join(STEPS)}")
+    return steps
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from oracles.ops import OPS
+    for op in args.op or ():
+        if op not in OPS:
+            _parser().error(f"--op {op!r}: expected one of {', '.join(sorted(OPS))}")
+    if args.hidden:
+        op, _, kernel = args.hidden.partition("=")
+        if op not in OPS or not kernel:
+            _parser().error(f"--hidden {args.hidden!r}: expected OP=PATH with OP one of {', '.join(sorted(OPS))}")
+        if not Path(kernel).is_file():
+            _parser().error(f"--hidden {args.hidden!r}: {kernel} is not a file; expected a .py module or a .zip")
+    device = describe_device()
+    if args.gate_shards is None:
+        args.gate_shards = 12 if not device.startswith("CPU") else 1
+    deadline = time.monotonic() + args.time_limit
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # a shell's timeout stops the children too
+    measures: list[Measure] = []
+    interrupted = False
+    with tempfile.TemporaryDirectory(prefix="tritonfuzz-tier-speed-") as tmp:
+        scratch = Path(args.keep) if args.keep else Path(tmp)
+        scratch.mkdir(parents=True, exist_ok=True)
+        try:
+            measure(args, scratch, deadline, measures)
+        except KeyboardInterrupt:
+            interrupted = True
+    text = render(measures, device=device, commit=current_commit(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    if interrupted:
+        text += "\nInterrupted: the steps above ended; the one in flight and those after it did not run.\n"
+    from oracles.tools.power import write_atomically
+    if args.out:
+        write_atomically(Path(args.out), text)
+    if args.json:
+        write_atomically(Path(args.json), json.dumps([asdict(m) for m in measures], indent=1))
+    print(text)
+    if interrupted:
+        return 130
+    return 0 if all(m.met is not False for m in measures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""oracles/tools/tier_speed.py: the tier's speed against issue 14's goals, read from what the gate,
+pytest and the mutation-power tool write. A reading that calls a slow, failing or unfinished run
+"met" would hide exactly what the tool exists to show."""
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from oracles.gate.report import ImplementationSummary, Tally, report_json
+from oracles.tools import tier_speed
+from oracles.verdict import FAIL
+from oracles.tools.tier_speed import gate_measures, hidden_measure, mutant_measures, suite_measure
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "oracles" / "gate" / "report.schema.json").read_text())
+
+
+def gate_report(*, examples: int, rows: int, drawn_s: float, passed: bool = True) -> dict:
+    """A gate report as the gate writes it, from the gate's own bookkeeping."""
+    summary = ImplementationSummary("gate_topk", "gate_topk.py")
+    tally = Tally("gate_topk", "gate_topk.py", "fuzz", examples=examples, rows=rows, seconds=drawn_s,
+                  budget_exhausted=True)
+    tally.risk_counts["tie"] = 3
+    if not passed:
+        tally.checks["accuracy"][FAIL] += 1
+    summary.merge_tally(tally.to_json(), passed=passed)
+    summary.record_test("t::agrees", "call", "passed" if passed else "failed")
+    report = report_json([summary], device="cuda", profile="gate", budget_s=25.0)
+    jsonschema.validate(report, SCHEMA)
+    return report
+
+
+def test_gate_rates_are_drawn_cases_over_the_drawn_phases_time():
+    fast, rows = gate_measures(gate_report(examples=2811, rows=22_117_281, drawn_s=25.0), wall_s=60)
+    assert (fast.value, fast.met) == ("112.4 examples/s", True)
+    assert (rows.value, rows.met) == ("884,691 rows/s", True)
+    assert "PASS; 2,811 examples, 22,117,281 rows in 25.0 s drawn (60 s wall); risks: tie 3" == fast.detail
+
+
+def test_a_slow_gate_or_a_failing_one_does_not_meet_the_goal():
+    slow, few_rows = gate_measures(gate_report(examples=1200, rows=2_400_000, drawn_s=25.0), wall_s=40)
+    assert (slow.value, slow.met) == ("48.0 examples/s", False) and (few_rows.value, few_rows.met) == ("96,000 rows/s", False)
+    fast_but_failing = gate_measures(gate_report(examples=5000, rows=9_000_000, drawn_s=25.0, passed=False), wall_s=40)
+    assert [m.met for m in fast_but_failing] == [False, False]
+    (nothing,) = gate_measures(gate_report(examples=0, rows=0, drawn_s=0.0), wall_s=40)
+    assert (nothing.value, nothing.met) == ("no drawn case", False)
+
+
+@pytest.mark.parametrize("output, code, value, met", [
+    ("...\n=========== 903 passed, 32 skipped, 1 xfailed in 119.50s (0:01:59) ===========\n", 0, "119.5 s", True),
+    ("== 1 failed, 902 passed, 32 skipped, 1 xfailed in 119.50s (0:01:59) ==\n", 1, "119.5 s", False),
+    ("== 929 passed, 24 skipped in 168.20s (0:02:48) ==\n", 0, "168.2 s", False),
+    ("== 929 passed, 2 errors in 100.00s ==\n", 1, "100.0 s", False),
+    ("collecting ... (killed at the time limit)", -2, "no summary line", False),
+])
+def test_the_suite_is_met_only_green_and_within_150_s(output, code, value, met):
+    measured = suite_measure(output, returncode=code, wall_s=130)
+    assert (measured.value, measured.met) == (value, met), measured
+
+
+def test_mutants_stopped_or_never_started_are_no_verdict_and_keep_the_goal_unmet():
+    files = {"hc_head": {"caught.py": False, "missed.py": False, "stopped.py": False, "unstarted.py": False,
+                         "correct_clean.py": True, "correct_flagged.py": True}}
+    results = {"hc_head": {
+        "caught.py": {"property": {"caught": True, "seconds": 4.2}},
+        "missed.py": {"property": {"caught": False, "seconds": 120.0}},
+        "stopped.py": {"property": {"caught": False, "interrupted": True}},
+        "correct_clean.py": {"property": {"caught": False}},
+        "correct_flagged.py": {"property": {"caught": True}},
+    }}
+    mutants, variants = mutant_measures(results, files)
+    assert (mutants.value, mutants.met) == ("1/4 caught", False)
+    assert mutants.detail == ("missed: hc_head/missed.py; no verdict (stopped or never started): hc_head/stopped.py, "
+                              "hc_head/unstarted.py; slowest catch 4.2 s (hc_head/caught.py)")
+    assert (variants.value, variants.met) == ("1/2 flagged, 1 clean", False)
+    assert variants.detail == "flagged: hc_head/correct_flagged.py"
+
+    everything = {"hc_head": {name: {"property": {"caught": not correct, "seconds": 1.0}}
+                              for name, correct in files["hc_head"].items()}}
+    assert [m.met for m in mutant_measures(everything, files)] == [True, True]
+
+
+def test_the_hidden_constexpr_gate_needs_both_its_time_and_its_rows():
+    report = gate_report(examples=400, rows=1_114_372, drawn_s=22.0)
+    assert hidden_measure(report, wall_s=57, returncode=0, kernel="k.py").met is True
+    assert hidden_measure(report, wall_s=95, returncode=0, kernel="k.py").met is False
+    assert hidden_measure(gate_report(examples=3, rows=900, drawn_s=22.0), wall_s=40, returncode=0, kernel="k.py").met is False
+    missing = hidden_measure(None, wall_s=12, returncode=4, kernel="k.py")
+    assert (missing.value, missing.met, missing.detail) == ("no report", False, "exit 4 after 12 s")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "gates,speed"], "--steps 'gates,speed': expected a comma-separated list of gates, suite, mutants, hidden"),
+    (["--op", "softmax"], "--op 'softmax': expected one of"),
+    (["--hidden", "kernel.py"], "--hidden 'kernel.py': expected OP=PATH"),
+    (["--hidden", "hc_head=/nonexistent/k.py"], "--hidden 'hc_head=/nonexistent/k.py': /nonexistent/k.py is not a file"),
+    (["--gate-budget", "0"], "argument --gate-budget: '0': expected a positive number"),
+    (["--jobs", "two"], "argument --jobs: 'two': expected a positive integer"),
+])
+def test_bad_arguments_are_one_line_naming_the_argument(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        tier_speed.main(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+IGNORES_SIGINT_WITH_A_CHILD = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+grandchild = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)"])
+print(grandchild.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_child_past_its_time_is_stopped_with_everything_it_started(tmp_path):
+    """A step past its time (or the tool interrupted): SIGINT to the child's group, then SIGKILL;
+    nothing it started outlives the step (a stuck gate worker would hold the GPU for the next)."""
+    code, output, wall = tier_speed.run_child([sys.executable, "-c", IGNORES_SIGINT_WITH_A_CHILD], seconds=2,
+                                              log=tmp_path / "log", grace_s=1)
+    grandchild = int(output.split()[0])
+    assert code == -signal.SIGKILL and wall < 30, (code, wall)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{grandchild}").exists() and "Z" not in Path(f"/proc/{grandchild}/stat").read_text().split()[2]:
+        assert time.monotonic() < deadline, "the grandchild outlived its step"
+        time.sleep(0.1)
