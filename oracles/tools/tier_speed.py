@@ -50,7 +50,9 @@ SUITE_S = 150.0
 HIDDEN_WALL_S = 90.0
 HIDDEN_ROWS = 1_000
 
-SUMMARY_LINE = re.compile(r"=+ (?P<body>.*\b(passed|failed|error|errors)\b.*) in (?P<seconds>[\d.]+)s")
+# pytest's last line: "946 passed, 24 skipped in 328.09s (0:05:28)" under -q, framed by "=" otherwise
+SUMMARY_LINE = re.compile(r"^=*\s*(?P<body>\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)\b[^\n]*?) "
+                          r"in (?P<seconds>[\d.]+)s\b", re.MULTILINE)
 
 
 @dataclass
@@ -93,7 +95,7 @@ def _number(x: float) -> str:
 
 
 def suite_measure(output: str, *, returncode: int, wall_s: float) -> Measure:
-    """The suite's time from pytest's last summary line ("=== 3 passed, 1 failed in 12.34s ===")."""
+    """The suite's time from pytest's last summary line."""
     found = [m for m in SUMMARY_LINE.finditer(output)]
     if not found:
         return Measure("suite", "pytest -n auto --hypothesis-profile ci", "no summary line",

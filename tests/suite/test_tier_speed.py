@@ -52,6 +52,8 @@ def test_a_slow_gate_or_a_failing_one_does_not_meet_the_goal():
 
 
 @pytest.mark.parametrize("output, code, value, met", [
+    ("SKIPPED [8] tests/kernel/test_ops.py:37: GPU only\n946 passed, 24 skipped in 128.09s (0:02:08)\n", 0, "128.1 s", True),
+    ("FAILED tests/a.py::t - in 3.0s\n1 failed, 945 passed, 24 skipped in 128.09s (0:02:08)\n", 1, "128.1 s", False),
     ("...\n=========== 903 passed, 32 skipped, 1 xfailed in 119.50s (0:01:59) ===========\n", 0, "119.5 s", True),
     ("== 1 failed, 902 passed, 32 skipped, 1 xfailed in 119.50s (0:01:59) ==\n", 1, "119.5 s", False),
     ("== 929 passed, 24 skipped in 168.20s (0:02:48) ==\n", 0, "168.2 s", False),
