@@ -281,10 +281,12 @@ def measure(args, scratch: Path, deadline: float, measures: list[Measure]) -> No
 
 
 def describe_device() -> str:
-    import torch
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
-    return f"CPU, not a GPU: Triton's interpreter (torch {torch.__version__})"
+    """The device the children will see, asked of a child: this process stays off the GPU, so that
+    nothing of it shares the device with the gates' MPS daemon."""
+    probe = ("import torch; print(f'{torch.cuda.get_device_name()} (torch {torch.__version__})' "
+             "if torch.cuda.is_available() else f'CPU, not a GPU: Triton\\'s interpreter (torch {torch.__version__})')")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return done.stdout.strip() or f"unknown device ({done.stderr.strip()[-200:]})"
 
 
 def current_commit() -> str:
