@@ -49,6 +49,7 @@ ROWS_PER_S = 100_000.0
 SUITE_S = 150.0
 HIDDEN_WALL_S = 90.0
 HIDDEN_ROWS = 1_000
+MIN_STEP_S = 10.0  # a step started with less left than this would only be stopped
 
 # pytest's last line: "946 passed, 24 skipped in 328.09s (0:05:28)" under -q, framed by "=" otherwise
 SUMMARY_LINE = re.compile(r"^=*\s*(?P<body>\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)\b[^\n]*?) "
@@ -172,25 +173,38 @@ def render(measures: list[Measure], *, device: str, commit: str, date: str) -> s
 # ---------------------------------------------------------------------------------------------
 # Running the children
 
-def run_child(command: list[str], *, seconds: float, log: Path, grace_s: float = 30.0) -> tuple[int, str, float]:
-    """(exit code, output, wall seconds). The child runs in a process group of its own; past
+@dataclass
+class ChildRun:
+    code: int
+    output: str
+    wall_s: float
+    stopped: bool  # past its time: stopped by this tool
+
+    @property
+    def ending(self) -> str:
+        return f"exit {self.code} after {self.wall_s:.0f} s" + (", stopped at its time limit" if self.stopped else "")
+
+
+def run_child(command: list[str], *, seconds: float, log: Path, grace_s: float = 30.0) -> ChildRun:
+    """The child's exit code, output and wall time. It runs in a process group of its own; past
     `seconds`, or when this tool is interrupted, the group gets SIGINT as from a terminal's Ctrl-C
     (a gate then still writes its table and report), and SIGKILL `grace_s` later. Whatever the child
     leaves in its group when it ends (a worker stuck in a driver call, say) is killed."""
-    started = time.monotonic()
+    started, stopped = time.monotonic(), False
     with open(log, "w+") as out:
         child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True)
         try:
             child.wait(timeout=max(1.0, seconds))
         except subprocess.TimeoutExpired:
+            stopped = True
             stop_group(child, grace_s)
         except KeyboardInterrupt:
             stop_group(child, grace_s)
             raise
         signal_group(child, signal.SIGKILL)
         out.seek(0)
-        return child.returncode, out.read(), time.monotonic() - started
+        return ChildRun(child.returncode, out.read(), time.monotonic() - started, stopped)
 
 
 def stop_group(child: subprocess.Popen, grace_s: float) -> None:
@@ -234,48 +248,62 @@ def measure(args, scratch: Path, deadline: float, measures: list[Measure]) -> No
     from oracles.ops import OPS
     ops = args.op or list(OPS)
     left = lambda: deadline - time.monotonic()  # noqa: E731
+
+    def spent(step: str, subject: str) -> bool:
+        """True, with a line saying so, when too little time is left for this step to mean anything."""
+        if left() >= MIN_STEP_S:
+            return False
+        measures.append(Measure(step, subject, "not run", "-", False,
+                                f"--time-limit spent before this step (under {MIN_STEP_S:g} s left)"))
+        return True
+
     if "gates" in args.steps:
         for op in ops:
+            if spent("gates", op):
+                continue
             report = scratch / f"gate_{op}.json"
             command = gate_command(op, f"kernels/{op}.py", budget=args.gate_budget, shards=args.gate_shards,
                                    report=report, regressions=scratch / "regressions",
                                    select=("-k", "test_kernel_agrees"))
-            code, output, wall = run_child(command, seconds=min(left(), args.gate_budget * 4 + 120),
-                                           log=scratch / f"gate_{op}.log")
+            run = run_child(command, seconds=min(left(), args.gate_budget * 4 + 120), log=scratch / f"gate_{op}.log")
             found = read_report(report)
-            measures += (gate_measures(found, wall_s=wall) if found else
-                         [Measure("gates", op, "no report", f">= {EXAMPLES_PER_S:g} examples/s", False,
-                                  f"exit {code} after {wall:.0f} s: {output[-300:]!r}")])
-            print(f"[tier_speed] gate {op}: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
-    if "suite" in args.steps:
+            ran = gate_measures(found, wall_s=run.wall_s) if found else \
+                [Measure("gates", op, "no report", f">= {EXAMPLES_PER_S:g} examples/s", False,
+                         f"{run.ending}: {run.output[-300:]!r}")]
+            if found and run.stopped:
+                for m in ran:
+                    m.detail += f"; {run.ending}"
+            measures += ran
+            print(f"[tier_speed] gate {op}: {run.ending}", file=sys.stderr, flush=True)
+    if "suite" in args.steps and not spent("suite", "pytest -n auto --hypothesis-profile ci"):
         command = [sys.executable, "-m", "pytest", "-n", "auto", "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-q"]
-        code, output, wall = run_child(command, seconds=left(), log=scratch / "suite.log")
-        measures.append(suite_measure(output, returncode=code, wall_s=wall))
-        print(f"[tier_speed] suite: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
-    if "mutants" in args.steps:
+        run = run_child(command, seconds=left(), log=scratch / "suite.log")
+        measures.append(suite_measure(run.output, returncode=run.code, wall_s=run.wall_s))
+        print(f"[tier_speed] suite: {run.ending}", file=sys.stderr, flush=True)
+    if "mutants" in args.steps and not spent("mutants", "tests/mutants, gate profile"):
         results = scratch / "power.json"
         command = [sys.executable, "-m", "oracles.tools.power", "--profile", "gate", "--phases", "property",
                    "--jobs", str(args.jobs), "--timeout", f"{args.mutant_timeout:g}", "--shrink-budget", "3",
                    "--minimize-budget", "3", "--json", str(results), *[f"--op={op}" for op in ops]]
-        code, output, wall = run_child(command, seconds=left(), log=scratch / "power.log")
+        run = run_child(command, seconds=left(), log=scratch / "power.log")
         found = read_report(results)
         if found is None:
             measures.append(Measure("mutants", "tests/mutants, gate profile", "no results", "every mutant caught",
-                                    False, f"exit {code} after {wall:.0f} s"))
+                                    False, run.ending))
         else:
             caught, clean = mutant_measures(found, mutant_files(ops))
-            stopped = " (stopped at the time limit)" if code == 130 else ""
-            caught.detail = _joined((caught.detail, caught.detail), (f"{wall:.0f} s wall{stopped}", True))
+            caught.detail = _joined((caught.detail, caught.detail), (run.ending, True))
             measures += [caught, clean]
-        print(f"[tier_speed] mutants: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
-    if "hidden" in args.steps and args.hidden:
+        print(f"[tier_speed] mutants: {run.ending}", file=sys.stderr, flush=True)
+    if "hidden" in args.steps and args.hidden and not spent("hidden", args.hidden):
         op, _, kernel = args.hidden.partition("=")
         report = scratch / "hidden.json"
         command = gate_command(op, kernel, budget=30, shards=1, report=report, regressions=scratch / "regressions_hidden")
-        code, output, wall = run_child(command, seconds=left(), log=scratch / "hidden.log")
-        measures.append(hidden_measure(read_report(report), wall_s=wall, returncode=code, kernel=Path(kernel).name))
-        print(f"[tier_speed] hidden {kernel}: exit {code}, {wall:.0f} s", file=sys.stderr, flush=True)
-    elif "hidden" in args.steps:
+        run = run_child(command, seconds=left(), log=scratch / "hidden.log")
+        measures.append(hidden_measure(read_report(report), wall_s=run.wall_s, returncode=run.code,
+                                       kernel=Path(kernel).name))
+        print(f"[tier_speed] hidden {kernel}: {run.ending}", file=sys.stderr, flush=True)
+    elif "hidden" in args.steps and not args.hidden:
         measures.append(Measure("hidden", "not run", "-", f"<= {HIDDEN_WALL_S:g} s, >= {HIDDEN_ROWS:,} rows", None,
                                 "no --hidden OP=PATH given"))
 

@@ -122,11 +122,21 @@ time.sleep(120)
 def test_a_child_past_its_time_is_stopped_with_everything_it_started(tmp_path):
     """A step past its time (or the tool interrupted): SIGINT to the child's group, then SIGKILL;
     nothing it started outlives the step (a stuck gate worker would hold the GPU for the next)."""
-    code, output, wall = tier_speed.run_child([sys.executable, "-c", IGNORES_SIGINT_WITH_A_CHILD], seconds=2,
-                                              log=tmp_path / "log", grace_s=1)
-    grandchild = int(output.split()[0])
-    assert code == -signal.SIGKILL and wall < 30, (code, wall)
+    run = tier_speed.run_child([sys.executable, "-c", IGNORES_SIGINT_WITH_A_CHILD], seconds=2,
+                               log=tmp_path / "log", grace_s=1)
+    grandchild = int(run.output.split()[0])
+    assert run.code == -signal.SIGKILL and run.stopped and run.wall_s < 30, run
+    assert run.ending.endswith(", stopped at its time limit")
     deadline = time.monotonic() + 10
     while Path(f"/proc/{grandchild}").exists() and "Z" not in Path(f"/proc/{grandchild}/stat").read_text().split()[2]:
         assert time.monotonic() < deadline, "the grandchild outlived its step"
         time.sleep(0.1)
+
+
+def test_a_step_with_no_time_left_says_so_and_counts_as_not_met(tmp_path, capsys):
+    out = tmp_path / "measures.json"
+    code = tier_speed.main(["--steps", "suite,mutants", "--time-limit", "0.001", "--json", str(out)])
+    measures = json.loads(out.read_text())
+    assert code == 1 and [(m["step"], m["value"], m["met"]) for m in measures] == [
+        ("suite", "not run", False), ("mutants", "not run", False)], measures
+    assert "--time-limit spent before this step" in capsys.readouterr().out
