@@ -50,6 +50,9 @@ SUITE_S = 150.0
 HIDDEN_WALL_S = 90.0
 HIDDEN_ROWS = 1_000
 MIN_STEP_S = 10.0  # a step started with less left than this would only be stopped
+HIDDEN_GOAL = f"<= {HIDDEN_WALL_S:g} s, >= {HIDDEN_ROWS:,} rows"
+SUITE_SUBJECT = "pytest -n auto --hypothesis-profile ci"
+MUTANTS_SUBJECT = "tests/mutants, gate profile"
 
 # pytest's last line: "946 passed, 24 skipped in 328.09s (0:05:28)" under -q, framed by "=" otherwise
 SUMMARY_LINE = re.compile(r"^=*\s*(?P<body>\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)\b[^\n]*?) "
@@ -99,12 +102,12 @@ def suite_measure(output: str, *, returncode: int, wall_s: float) -> Measure:
     """The suite's time from pytest's last summary line."""
     found = [m for m in SUMMARY_LINE.finditer(output)]
     if not found:
-        return Measure("suite", "pytest -n auto --hypothesis-profile ci", "no summary line",
+        return Measure("suite", SUITE_SUBJECT, "no summary line",
                        f"<= {SUITE_S:g} s, green", False, f"exit {returncode} after {wall_s:.0f} s")
     last = found[-1]
     seconds = float(last.group("seconds"))
     green = returncode == 0 and not re.search(r"\b(failed|errors?)\b", last.group("body"))
-    return Measure("suite", "pytest -n auto --hypothesis-profile ci", f"{seconds:.1f} s",
+    return Measure("suite", SUITE_SUBJECT, f"{seconds:.1f} s",
                    f"<= {SUITE_S:g} s, green", green and seconds <= SUITE_S,
                    f"{last.group('body')}; {wall_s:.0f} s wall")
 
@@ -138,7 +141,7 @@ def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Me
                             (f"slowest catch {slowest[0]:.1f} s ({slowest[1]})", slowest[1]))
     variant_detail = _joined((f"flagged: {', '.join(variants['flagged'])}", variants["flagged"]),
                              (f"no verdict: {', '.join(variants['no verdict'])}", variants["no verdict"]))
-    return [Measure("mutants", "tests/mutants, gate profile", f"{len(mutants['caught'])}/{n_mutants} caught",
+    return [Measure("mutants", MUTANTS_SUBJECT, f"{len(mutants['caught'])}/{n_mutants} caught",
                     "every mutant caught", len(mutants["caught"]) == n_mutants if n_mutants else None, mutant_detail),
             Measure("mutants", "correct variants, gate profile",
                     f"{len(variants['flagged'])}/{n_variants} flagged, {len(variants['clean'])} clean",
@@ -151,14 +154,13 @@ def _joined(*parts: tuple[str, object]) -> str:
 
 
 def hidden_measure(report: dict | None, *, wall_s: float, returncode: int, kernel: str) -> Measure:
-    goal = f"<= {HIDDEN_WALL_S:g} s, >= {HIDDEN_ROWS:,} rows"
     if report is None:
-        return Measure("hidden", kernel, "no report", goal, False, f"exit {returncode} after {wall_s:.0f} s")
+        return Measure("hidden", kernel, "no report", HIDDEN_GOAL, False, f"exit {returncode} after {wall_s:.0f} s")
     rows = sum(sum(i["rows"].values()) for i in report["implementations"])
     judged = [i["judge_official"] for i in report["implementations"]]
     detail = (f"verdict {report['verdict'].upper()}; judge cases passed "
               f"{sum(j['passed'] for j in judged)}, failed {sum(j['failed'] for j in judged)}")
-    return Measure("hidden", kernel, f"{wall_s:.0f} s, {rows:,} rows", goal,
+    return Measure("hidden", kernel, f"{wall_s:.0f} s, {rows:,} rows", HIDDEN_GOAL,
                    wall_s <= HIDDEN_WALL_S and rows >= HIDDEN_ROWS, detail)
 
 
@@ -244,68 +246,82 @@ def mutant_files(ops) -> dict[str, dict[str, bool]]:
 
 
 def measure(args, scratch: Path, deadline: float, measures: list[Measure]) -> None:
-    """Run the steps asked for, appending each one's measures as it ends (an interrupt keeps those)."""
+    """Run the steps asked for, appending each one's measures as it ends (an interrupt keeps those).
+    A step with under MIN_STEP_S left is not started: a line says so."""
     from oracles.ops import OPS
     ops = args.op or list(OPS)
     left = lambda: deadline - time.monotonic()  # noqa: E731
-
-    def spent(step: str, subject: str) -> bool:
-        """True, with a line saying so, when too little time is left for this step to mean anything."""
-        if left() >= MIN_STEP_S:
-            return False
-        measures.append(Measure(step, subject, "not run", "-", False,
-                                f"--time-limit spent before this step (under {MIN_STEP_S:g} s left)"))
-        return True
-
+    subjects = []
     if "gates" in args.steps:
-        for op in ops:
-            if spent("gates", op):
-                continue
-            report = scratch / f"gate_{op}.json"
-            command = gate_command(op, f"kernels/{op}.py", budget=args.gate_budget, shards=args.gate_shards,
-                                   report=report, regressions=scratch / "regressions",
-                                   select=("-k", "test_kernel_agrees"))
-            run = run_child(command, seconds=min(left(), args.gate_budget * 4 + 120), log=scratch / f"gate_{op}.log")
-            found = read_report(report)
-            ran = gate_measures(found, wall_s=run.wall_s) if found else \
-                [Measure("gates", op, "no report", f">= {EXAMPLES_PER_S:g} examples/s", False,
-                         f"{run.ending}: {run.output[-300:]!r}")]
-            if found and run.stopped:
-                for m in ran:
-                    m.detail += f"; {run.ending}"
-            measures += ran
-            print(f"[tier_speed] gate {op}: {run.ending}", file=sys.stderr, flush=True)
-    if "suite" in args.steps and not spent("suite", "pytest -n auto --hypothesis-profile ci"):
-        command = [sys.executable, "-m", "pytest", "-n", "auto", "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-q"]
-        run = run_child(command, seconds=left(), log=scratch / "suite.log")
-        measures.append(suite_measure(run.output, returncode=run.code, wall_s=run.wall_s))
-        print(f"[tier_speed] suite: {run.ending}", file=sys.stderr, flush=True)
-    if "mutants" in args.steps and not spent("mutants", "tests/mutants, gate profile"):
-        results = scratch / "power.json"
-        command = [sys.executable, "-m", "oracles.tools.power", "--profile", "gate", "--phases", "property",
-                   "--jobs", str(args.jobs), "--timeout", f"{args.mutant_timeout:g}", "--shrink-budget", "3",
-                   "--minimize-budget", "3", "--json", str(results), *[f"--op={op}" for op in ops]]
-        run = run_child(command, seconds=left(), log=scratch / "power.log")
-        found = read_report(results)
-        if found is None:
-            measures.append(Measure("mutants", "tests/mutants, gate profile", "no results", "every mutant caught",
-                                    False, run.ending))
-        else:
-            caught, clean = mutant_measures(found, mutant_files(ops))
-            caught.detail = _joined((caught.detail, caught.detail), (run.ending, True))
-            measures += [caught, clean]
-        print(f"[tier_speed] mutants: {run.ending}", file=sys.stderr, flush=True)
-    if "hidden" in args.steps and args.hidden and not spent("hidden", args.hidden):
-        op, _, kernel = args.hidden.partition("=")
-        report = scratch / "hidden.json"
-        command = gate_command(op, kernel, budget=30, shards=1, report=report, regressions=scratch / "regressions_hidden")
-        run = run_child(command, seconds=left(), log=scratch / "hidden.log")
-        measures.append(hidden_measure(read_report(report), wall_s=run.wall_s, returncode=run.code,
-                                       kernel=Path(kernel).name))
-        print(f"[tier_speed] hidden {kernel}: {run.ending}", file=sys.stderr, flush=True)
-    elif "hidden" in args.steps and not args.hidden:
-        measures.append(Measure("hidden", "not run", "-", f"<= {HIDDEN_WALL_S:g} s, >= {HIDDEN_ROWS:,} rows", None,
-                                "no --hidden OP=PATH given"))
+        subjects += [("gates", op, lambda op=op: gates_step(op, args, scratch, left())) for op in ops]
+    if "suite" in args.steps:
+        subjects.append(("suite", SUITE_SUBJECT, lambda: [suite_step(scratch, left())]))
+    if "mutants" in args.steps:
+        subjects.append(("mutants", MUTANTS_SUBJECT, lambda: mutants_step(ops, args, scratch, left())))
+    if "hidden" in args.steps and args.hidden:
+        subjects.append(("hidden", args.hidden, lambda: [hidden_step(args.hidden, scratch, left())]))
+    elif "hidden" in args.steps:
+        measures.append(Measure("hidden", "not run", "-", HIDDEN_GOAL, None, "no --hidden OP=PATH given"))
+    for step, subject, run in subjects:
+        if left() < MIN_STEP_S:
+            measures.append(Measure(step, subject, "not run", "-", False,
+                                    f"--time-limit spent before this step (under {MIN_STEP_S:g} s left)"))
+            continue
+        measures += run()
+
+
+def gates_step(op: str, args, scratch: Path, seconds: float) -> list[Measure]:
+    report = scratch / f"gate_{op}.json"
+    command = gate_command(op, f"kernels/{op}.py", budget=args.gate_budget, shards=args.gate_shards,
+                           report=report, regressions=scratch / "regressions", select=("-k", "test_kernel_agrees"))
+    run = run_child(command, seconds=min(seconds, args.gate_budget * 4 + 120), log=scratch / f"gate_{op}.log")
+    print(f"[tier_speed] gate {op}: {run.ending}", file=sys.stderr, flush=True)
+    found = read_report(report)
+    if found is None:
+        return [Measure("gates", op, "no report", f">= {EXAMPLES_PER_S:g} examples/s", False,
+                        f"{run.ending}: {run.output[-300:]!r}")]
+    return [noting_a_stop(m, run) for m in gate_measures(found, wall_s=run.wall_s)]
+
+
+def suite_step(scratch: Path, seconds: float) -> Measure:
+    command = [sys.executable, "-m", "pytest", "-n", "auto", "--hypothesis-profile", "ci", "-p", "no:cacheprovider", "-q"]
+    run = run_child(command, seconds=seconds, log=scratch / "suite.log")
+    print(f"[tier_speed] suite: {run.ending}", file=sys.stderr, flush=True)
+    return noting_a_stop(suite_measure(run.output, returncode=run.code, wall_s=run.wall_s), run)
+
+
+def mutants_step(ops: list[str], args, scratch: Path, seconds: float) -> list[Measure]:
+    results = scratch / "power.json"
+    command = [sys.executable, "-m", "oracles.tools.power", "--profile", "gate", "--phases", "property",
+               "--jobs", str(args.jobs), "--timeout", f"{args.mutant_timeout:g}", "--shrink-budget", "3",
+               "--minimize-budget", "3", "--json", str(results), *[f"--op={op}" for op in ops]]
+    run = run_child(command, seconds=seconds, log=scratch / "power.log")
+    print(f"[tier_speed] mutants: {run.ending}", file=sys.stderr, flush=True)
+    found = read_report(results)
+    if found is None:
+        return [Measure("mutants", MUTANTS_SUBJECT, "no results", "every mutant caught", False, run.ending)]
+    caught, clean = mutant_measures(found, mutant_files(ops))
+    caught.detail = _joined((caught.detail, caught.detail), (run.ending, True))
+    return [caught, clean]
+
+
+def hidden_step(option: str, scratch: Path, seconds: float) -> Measure:
+    op, _, kernel = option.partition("=")
+    report = scratch / "hidden.json"
+    command = gate_command(op, kernel, budget=30, shards=1, report=report, regressions=scratch / "regressions_hidden")
+    run = run_child(command, seconds=seconds, log=scratch / "hidden.log")
+    print(f"[tier_speed] hidden {kernel}: {run.ending}", file=sys.stderr, flush=True)
+    return noting_a_stop(hidden_measure(read_report(report), wall_s=run.wall_s, returncode=run.code,
+                                        kernel=Path(kernel).name), run)
+
+
+def noting_a_stop(measure: Measure, run: ChildRun) -> Measure:
+    """The measure, saying so when the child was stopped at its time limit: a partial number, which
+    meets no goal."""
+    if run.stopped:
+        measure.value, measure.met = f"stopped: {measure.value}", (False if measure.met else measure.met)
+        measure.detail = _joined((measure.detail, measure.detail), (run.ending, True))
+    return measure
 
 
 def describe_device() -> str:

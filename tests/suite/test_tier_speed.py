@@ -140,3 +140,13 @@ def test_a_step_with_no_time_left_says_so_and_counts_as_not_met(tmp_path, capsys
     assert code == 1 and [(m["step"], m["value"], m["met"]) for m in measures] == [
         ("suite", "not run", False), ("mutants", "not run", False)], measures
     assert "--time-limit spent before this step" in capsys.readouterr().out
+
+
+def test_a_step_stopped_at_its_time_limit_meets_no_goal_and_says_so():
+    fast = gate_measures(gate_report(examples=2811, rows=22_117_281, drawn_s=25.0), wall_s=60)[0]
+    assert fast.met is True
+    stopped = tier_speed.noting_a_stop(fast, tier_speed.ChildRun(2, "", 300.0, stopped=True))
+    assert (stopped.value, stopped.met) == ("stopped: 112.4 examples/s", False)
+    assert stopped.detail.endswith("; exit 2 after 300 s, stopped at its time limit")
+    unmet = tier_speed.noting_a_stop(tier_speed.Measure("hidden", "k.py", "95 s", "-", None), tier_speed.ChildRun(0, "", 1.0, False))
+    assert (unmet.value, unmet.met) == ("95 s", None)
