@@ -100,7 +100,7 @@ def _number(x: float) -> str:
 
 def suite_measure(output: str, *, returncode: int, wall_s: float) -> Measure:
     """The suite's time from pytest's last summary line."""
-    found = [m for m in SUMMARY_LINE.finditer(output)]
+    found = list(SUMMARY_LINE.finditer(output))
     if not found:
         return Measure("suite", SUITE_SUBJECT, "no summary line",
                        f"<= {SUITE_S:g} s, green", False, f"exit {returncode} after {wall_s:.0f} s")
@@ -151,6 +151,10 @@ def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Me
 def _joined(*parts: tuple[str, object]) -> str:
     """The texts whose condition holds, joined with '; '."""
     return "; ".join(text for text, holds in parts if holds)
+
+
+def _appended(detail: str, text: str) -> str:
+    return f"{detail}; {text}" if detail else text
 
 
 def hidden_measure(report: dict | None, *, wall_s: float, returncode: int, kernel: str) -> Measure:
@@ -301,7 +305,7 @@ def mutants_step(ops: list[str], args, scratch: Path, seconds: float) -> list[Me
     if found is None:
         return [Measure("mutants", MUTANTS_SUBJECT, "no results", "every mutant caught", False, run.ending)]
     caught, clean = mutant_measures(found, mutant_files(ops))
-    caught.detail = _joined((caught.detail, caught.detail), (run.ending, True))
+    caught.detail = _appended(caught.detail, run.ending)
     return [caught, clean]
 
 
@@ -320,7 +324,7 @@ def noting_a_stop(measure: Measure, run: ChildRun) -> Measure:
     meets no goal."""
     if run.stopped:
         measure.value, measure.met = f"stopped: {measure.value}", (False if measure.met else measure.met)
-        measure.detail = _joined((measure.detail, measure.detail), (run.ending, True))
+        measure.detail = _appended(measure.detail, run.ending)
     return measure
 
 
