@@ -10,9 +10,11 @@ the argument and what was expected.
 from __future__ import annotations
 
 import _thread
+import faulthandler
 import hashlib
 import importlib.util
 import inspect
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -246,17 +248,71 @@ def probe_import(paths: list[Path], *, where: str, timeout_s: float, names: list
     are left to the import in the run, which reports them with their message."""
     names = names or [Path(p).name for p in paths]
     with tempfile.TemporaryFile() as out:
-        try:
-            done = subprocess.run([sys.executable, "-c", _PROBE, *map(str, paths)], stdin=subprocess.DEVNULL,
-                                  stdout=out, stderr=subprocess.DEVNULL, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            out.seek(0)
+        run = _probe_forked if _may_fork() else _probe_spawned
+        code = run([str(p) for p in paths], out, timeout_s)
+        out.seek(0)
+        if code is None:
             raise KernelLoadError(f"{where}: importing {names[_last_started(out)]} did not finish in {timeout_s:g} s "
-                                  f"(a hang at import?)") from None
-        if done.returncode < 0:
-            out.seek(0)
+                                  f"(a hang at import?)")
+        if code < 0:
             raise KernelLoadError(f"{where}: importing {names[_last_started(out)]} killed its process "
-                                  f"({_signal_name(-done.returncode)}); {_IMPORT_RULE}")
+                                  f"({_signal_name(-code)}); {_IMPORT_RULE}")
+
+
+def _may_fork() -> bool:
+    """A forked child starts with torch and triton already imported (a spawned one spends ~2 s of
+    a 2-core CPU importing them again, once a gate): only where that is safe, a CPU run (the
+    interpreter: no CUDA driver a child could inherit half-initialized) with no thread but this."""
+    return (os.name == "posix" and os.environ.get("TRITON_INTERPRET") == "1"
+            and threading.active_count() == 1 and not _cuda_touched())
+
+
+def _cuda_touched() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_initialized()
+
+
+def _probe_spawned(paths: list[str], out, timeout_s: float) -> int | None:
+    """The probe in a fresh interpreter: its exit code, None past timeout_s."""
+    try:
+        return subprocess.run([sys.executable, "-c", _PROBE, *paths], stdin=subprocess.DEVNULL, stdout=out,
+                              stderr=subprocess.DEVNULL, timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _probe_forked(paths: list[str], out, timeout_s: float) -> int | None:
+    """The probe in a fork of this process: its exit code (minus the signal that ended it), None
+    past timeout_s (then killed)."""
+    child = multiprocessing.get_context("fork").Process(target=_probe_child, args=(paths, out.fileno()), daemon=True)
+    child.start()
+    child.join(timeout_s)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        return None
+    return child.exitcode
+
+
+def _probe_child(paths: list[str], marks_fd: int) -> None:
+    """In the fork: each module imported under a name of its own, the marks to marks_fd, and
+    whatever the modules print to /dev/null (the parent's terminal and pytest's capture stay clean)."""
+    faulthandler.disable()  # it writes to a descriptor of its own (pytest's dup of stderr), not fd 2
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    sys.stdin = open(devnull, closefd=False)
+    sys.stdout = sys.stderr = open(devnull, "w", closefd=False)
+    for i, path in enumerate(paths):
+        os.write(marks_fd, f"tritonfuzz-probe-start {i}\n".encode())
+        spec = importlib.util.spec_from_file_location(f"tritonfuzz_probe_{i}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            pass  # as in _PROBE: the import in the run reports a Python error with its message
+    os._exit(0)  # nothing of the parent's (atexit, pytest's hooks) runs in the fork
 
 
 def _last_started(out) -> int:

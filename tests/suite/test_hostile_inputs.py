@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from kernels.hc_head import hc_head as bundled_hc_head
+from oracles.submission import loader
 from oracles.submission.loader import (PY_MAX_BYTES, ZIP_MAX_MEMBER_BYTES, ZIP_MAX_MEMBERS, ZIP_MAX_TOTAL_BYTES, KernelLoadError,
                             load_kernel)
 from oracles.harness.differential import RunOptions, run_case
@@ -314,9 +315,16 @@ def test_the_gate_reports_it_in_one_line_with_exit_code_4_and_leaves_no_temporar
 SEGFAULT_AT_IMPORT = "import ctypes\nctypes.string_at(0)\n"
 
 
-def test_a_module_that_kills_its_process_at_import_is_a_usage_error(tmp_path):
+# The import probe's two children: a fork (a CPU gate's single-threaded controller) and a fresh
+# interpreter (anywhere else).
+PROBES = pytest.mark.parametrize("forked", [True, False], ids=["forked", "spawned"])
+
+
+@PROBES
+def test_a_module_that_kills_its_process_at_import_is_a_usage_error(tmp_path, monkeypatch, forked):
     """A segfault at import would end the run with no word: the module is imported in a child
     first, and the crash named (the member, in a zip)."""
+    monkeypatch.setattr(loader, "_may_fork", lambda: forked)
     kernel = tmp_path / "segv.py"
     kernel.write_text(SEGFAULT_AT_IMPORT)
     with pytest.raises(KernelLoadError, match=r"importing segv.py killed its process \(SIGSEGV\)"):
@@ -327,11 +335,26 @@ def test_a_module_that_kills_its_process_at_import_is_a_usage_error(tmp_path):
         load_kernel("hc_head", archive, workdir=tmp_path / "work", probe_timeout_s=60)
 
 
-def test_a_module_that_hangs_at_import_is_a_usage_error(tmp_path):
+@PROBES
+def test_a_module_that_hangs_at_import_is_a_usage_error(tmp_path, monkeypatch, forked):
+    monkeypatch.setattr(loader, "_may_fork", lambda: forked)
     kernel = tmp_path / "hangs.py"
     kernel.write_text("print('1')\nimport time\ntime.sleep(600)\n")
     with pytest.raises(KernelLoadError, match=r"importing hangs.py did not finish in 3 s"):
         load_kernel("hc_head", kernel, probe_timeout_s=3)
+
+
+def test_the_probe_forks_only_a_single_threaded_interpreter_process(monkeypatch):
+    """A fork inherits torch and triton imported (no 2 s import again a gate); it must inherit no
+    CUDA driver state and no other thread's locks, so a GPU run or a threaded process spawns."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    assert loader._may_fork() is (not torch.cuda.is_initialized())
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert not loader._may_fork()
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert not loader._may_fork()
 
 
 def test_the_gate_reports_a_crash_at_import_in_one_line(tmp_path):
@@ -341,6 +364,7 @@ def test_the_gate_reports_a_crash_at_import_in_one_line(tmp_path):
                            "-q", "tests/kernel/test_ops.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert "killed its process (SIGSEGV)" in done.stderr and "INTERNALERROR" not in done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # not the probe's own crash dump too
 
 
 def test_a_wrong_selection_expression_in_a_gate_is_a_usage_error_not_an_internal_error(tmp_path):
