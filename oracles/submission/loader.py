@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 import zipfile
 import zlib
 from contextlib import contextmanager
@@ -259,12 +260,28 @@ def probe_import(paths: list[Path], *, where: str, timeout_s: float, names: list
                                   f"({_signal_name(-code)}); {_IMPORT_RULE}")
 
 
+def _os_threads() -> int:
+    """This process's threads as the kernel counts them (C threads too); 0 where it cannot tell."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+# Importing numpy (torch does) starts OpenBLAS's pool: 2 threads on a fresh Python here, 1 with
+# OPENBLAS_NUM_THREADS=1 (2026-12-07). OpenBLAS shuts it down around a fork (pthread_atfork); any
+# thread started after this import (an OpenMP pool after a torch op, a Python thread) may hold a
+# lock the fork would copy held.
+_THREADS_AT_IMPORT = _os_threads()
+
+
 def _may_fork() -> bool:
     """A forked child starts with torch and triton already imported (a spawned one spends ~2 s of
     a 2-core CPU importing them again, once a gate): only where that is safe, a CPU run (the
-    interpreter: no CUDA driver a child could inherit half-initialized) with no thread but this."""
-    return (os.name == "posix" and os.environ.get("TRITON_INTERPRET") == "1"
-            and threading.active_count() == 1 and not _cuda_touched())
+    interpreter: no CUDA driver a child could inherit half-initialized) with no thread started
+    since torch was imported."""
+    return (os.name == "posix" and os.environ.get("TRITON_INTERPRET") == "1" and not _cuda_touched()
+            and threading.active_count() == 1 and 0 < _os_threads() <= _THREADS_AT_IMPORT)
 
 
 def _cuda_touched() -> bool:
@@ -285,7 +302,10 @@ def _probe_forked(paths: list[str], out, timeout_s: float) -> int | None:
     """The probe in a fork of this process: its exit code (minus the signal that ended it), None
     past timeout_s (then killed)."""
     child = multiprocessing.get_context("fork").Process(target=_probe_child, args=(paths, out.fileno()), daemon=True)
-    child.start()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns on any fork with a second thread; _may_fork allowed only OpenBLAS's.
+        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+        child.start()
     child.join(timeout_s)
     if child.exitcode is None:
         child.kill()
