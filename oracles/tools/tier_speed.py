@@ -337,9 +337,16 @@ def describe_device() -> str:
     return done.stdout.strip() or f"unknown device ({done.stderr.strip()[-200:]})"
 
 
-def current_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
+def current_commit(root: Path = ROOT) -> str:
+    """HEAD, and how many tracked files differ from it: a copy of a working tree (a device
+    machine's) can carry an older .git than its files (2026-12-07: it said 09ff6e7 for 3ddf48b)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                             capture_output=True, text=True)
+    if not head.stdout.strip():
+        return "unknown"
+    n = len(changed.stdout.splitlines())
+    return head.stdout.strip() + (f" with {n} tracked file(s) changed" if n else "")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -4,6 +4,7 @@ pytest and the mutation-power tool write. A reading that calls a slow, failing o
 
 import json
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -150,3 +151,20 @@ def test_a_step_stopped_at_its_time_limit_meets_no_goal_and_says_so():
     assert stopped.detail.endswith("; exit 2 after 300 s, stopped at its time limit")
     unmet = tier_speed.noting_a_stop(tier_speed.Measure("hidden", "k.py", "95 s", "-", None), tier_speed.ChildRun(0, "", 1.0, False))
     assert (unmet.value, unmet.met) == ("95 s", None)
+
+
+def test_the_tree_named_says_when_the_files_are_not_the_commits(tmp_path):
+    """A device machine's copy of a working tree carried an older .git than its files: the table
+    named a commit that was not what ran."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("commit", "-q", "-m", "a")
+    head = tier_speed.current_commit(tmp_path)
+    assert len(head) >= 7 and " " not in head, head
+    (tmp_path / "a.py").write_text("x = 2\n")
+    (tmp_path / "untracked.txt").write_text("")
+    assert tier_speed.current_commit(tmp_path) == f"{head} with 1 tracked file(s) changed"
