@@ -314,24 +314,18 @@ def _probe_forked(paths: list[str], out, timeout_s: float) -> int | None:
     return child.exitcode
 
 
-def _probe_child(paths: list[str], marks_fd: int) -> None:
-    """In the fork: each module imported under a name of its own, the marks to marks_fd, and
-    whatever the modules print to /dev/null (the parent's terminal and pytest's capture stay clean)."""
+def _probe_child(paths: list[str], out_fd: int) -> None:
+    """In the fork: _PROBE itself, its output (the marks, and what the modules print) to out_fd as
+    in the spawned probe, stdin and stderr on /dev/null."""
     faulthandler.disable()  # it writes to a descriptor of its own (pytest's dup of stderr), not fd 2
     devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    sys.stdin = open(devnull, closefd=False)
-    sys.stdout = sys.stderr = open(devnull, "w", closefd=False)
-    for i, path in enumerate(paths):
-        os.write(marks_fd, f"tritonfuzz-probe-start {i}\n".encode())
-        spec = importlib.util.spec_from_file_location(f"tritonfuzz_probe_{i}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            pass  # as in _PROBE: the import in the run reports a Python error with its message
+    for fd, to in ((0, devnull), (1, out_fd), (2, devnull)):
+        os.dup2(to, fd)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
+    sys.argv = ["-c", *paths]
+    exec(compile(_PROBE, "<tritonfuzz probe>", "exec"), {"__name__": "__main__"})
+    sys.stdout.flush()
     os._exit(0)  # nothing of the parent's (atexit, pytest's hooks) runs in the fork
 
 
