@@ -268,18 +268,17 @@ def _os_threads() -> int:
         return 0
 
 
-# Importing numpy (torch does) starts OpenBLAS's pool: 2 threads on a fresh Python here, 1 with
-# OPENBLAS_NUM_THREADS=1 (2026-12-07). OpenBLAS shuts it down around a fork (pthread_atfork); any
-# thread started after this import (an OpenMP pool after a torch op, a Python thread) may hold a
-# lock the fork would copy held.
+# The threads importing torch started: numpy's OpenBLAS pool (none with OPENBLAS_NUM_THREADS=1),
+# which OpenBLAS shuts down around a fork (pthread_atfork). A thread started later (an OpenMP pool
+# after a torch op, a Python thread) may hold a lock that a fork would copy held.
 _THREADS_AT_IMPORT = _os_threads()
 
 
 def _may_fork() -> bool:
-    """A forked child starts with torch and triton already imported (a spawned one spends ~2 s of
-    a 2-core CPU importing them again, once a gate): only where that is safe, a CPU run (the
-    interpreter: no CUDA driver a child could inherit half-initialized) with no thread started
-    since torch was imported."""
+    """A forked child starts with torch and triton already imported (a spawned one imports them
+    again, every gate: tests/results/2026-12-07-session23.md): only where that is safe, a CPU run
+    (the interpreter: no CUDA driver a child could inherit half-initialized) with no thread
+    started since torch was imported."""
     return (os.name == "posix" and os.environ.get("TRITON_INTERPRET") == "1" and not _cuda_touched()
             and threading.active_count() == 1 and 0 < _os_threads() <= _THREADS_AT_IMPORT)
 
