@@ -357,7 +357,7 @@ def test_the_forked_probe_names_a_crash_and_a_hang_at_import(tmp_path):
     segv, hangs = tmp_path / "segv.py", tmp_path / "hangs.py"
     segv.write_text(SEGFAULT_AT_IMPORT)
     hangs.write_text("print('1')\nimport time\ntime.sleep(600)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}  # the CPU tier, on a GPU machine too
     done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", FORKED_PROBE, str(segv),
                            str(hangs)], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -369,7 +369,7 @@ def test_the_forked_probe_names_a_crash_and_a_hang_at_import(tmp_path):
 
 
 def test_the_probe_forks_only_a_cpu_process_with_no_thread_started_since_torch(monkeypatch):
-    """A fork inherits torch and triton imported (no 2 s import again a gate); it must inherit no
+    """A fork inherits torch and triton imported (no second import of them a gate); it must inherit no
     CUDA driver state and no lock another thread holds, so a GPU run or a thread started since
     torch's import (an OpenMP pool, a Python thread) means a fresh interpreter."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
