@@ -54,7 +54,7 @@ from pathlib import Path
 import pytest
 from hypothesis import Phase, settings
 
-from oracles.platform.interrupts import raise_keyboard_interrupt
+from oracles.platform.interrupts import raise_keyboard_interrupt, signal_group
 from strategies.fixtures import DEFAULT_REGRESSIONS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -418,7 +418,7 @@ class Processes:
 
     def stop(self, grace_s: float = 10.0) -> None:
         for p in self.running.values():
-            self._signal(p, signal.SIGINT)  # a worker's queued database writes are flushed as Python exits
+            signal_group(p.pid, signal.SIGINT)  # a worker's queued database writes are flushed as Python exits
         deadline = time.monotonic() + grace_s
         for p in self.running.values():
             try:
@@ -426,15 +426,9 @@ class Processes:
             except subprocess.TimeoutExpired:
                 pass
         for p in self.running.values():  # what is left of each group (a hung kernel ignores SIGINT)
-            self._signal(p, signal.SIGKILL)
+            signal_group(p.pid, signal.SIGKILL)
             p.wait()
 
-    @staticmethod
-    def _signal(p: subprocess.Popen, sig) -> None:
-        try:
-            os.killpg(p.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def replay(args, log: Path) -> tuple[int, list[dict]]:

@@ -38,7 +38,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from oracles.platform.interrupts import raise_keyboard_interrupt
+from oracles.platform.interrupts import raise_keyboard_interrupt, signal_group
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = ("gates", "suite", "mutants", "hidden")
@@ -208,25 +208,18 @@ def run_child(command: list[str], *, seconds: float, log: Path, grace_s: float =
         except KeyboardInterrupt:
             stop_group(child, grace_s)
             raise
-        signal_group(child, signal.SIGKILL)
+        signal_group(child.pid, signal.SIGKILL)
         out.seek(0)
         return ChildRun(child.returncode, out.read(), time.monotonic() - started, stopped)
 
 
 def stop_group(child: subprocess.Popen, grace_s: float) -> None:
-    signal_group(child, signal.SIGINT)
+    signal_group(child.pid, signal.SIGINT)
     try:
         child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        signal_group(child, signal.SIGKILL)
+        signal_group(child.pid, signal.SIGKILL)
         child.wait()
-
-
-def signal_group(child: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(child.pid, sig)
-    except ProcessLookupError:  # nothing is left in the group
-        pass
 
 
 def gate_command(op: str, kernel: str, *, budget: float, shards: int, report: Path, regressions: Path,
@@ -339,7 +332,7 @@ def describe_device() -> str:
 
 def current_commit(root: Path = ROOT) -> str:
     """HEAD, and how many tracked files differ from it: a copy of a working tree (a device
-    machine's) can carry an older .git than its files (2026-12-07: it said 09ff6e7 for 3ddf48b)."""
+    machine's) can carry an older .git than its files."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
     changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                              capture_output=True, text=True)
