@@ -721,6 +721,15 @@ def _child(args) -> int:
     return 0
 
 
+def run_order(mutants: list[Mutant]) -> list[Mutant]:
+    """The order children start in: every wrong kernel first, then the correct variants, each
+    group in manifest order. A wrong kernel ends at its first failure; a correct variant runs to
+    its timeout. Started last, an op's wrong kernels shared the GPU with correct variants holding it
+    for their whole timeout: sigmoid_gate_topk_renorm's, 16 children at once on one H200, drew
+    5.8 s an example and one went uncaught (tests/results/2026-12-07-session24.md)."""
+    return sorted(mutants, key=lambda m: m.correct)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     warnings.filterwarnings("ignore", category=RuntimeWarning)  # numpy inside the interpreter, as pyproject says
@@ -728,7 +737,7 @@ def main(argv=None) -> int:
         return _child(args)
     ops = args.op or [op for op in OPS if manifest(op)]
     phases = [p for p in args.phases.split(",") if p]
-    todo = [m for op in ops for m in manifest(op) if not args.only or m.name in args.only]
+    todo = run_order([m for op in ops for m in manifest(op) if not args.only or m.name in args.only])
     for op in ops:
         for path in unlisted(op):
             print(f"note: {path} is not in {op}'s MANIFEST.md; not run", file=sys.stderr)

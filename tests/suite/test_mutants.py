@@ -15,7 +15,7 @@ import pytest
 
 from oracles.ops import OPS
 from oracles.platform.device import gpu_available
-from oracles.tools.power import fuzz, load, manifest, power_options, unlisted
+from oracles.tools.power import fuzz, load, manifest, power_options, run_order, unlisted
 
 PROFILE = "ci"
 
@@ -75,6 +75,18 @@ def test_manifest_lists_every_mutant_file(op):
     assert not incomplete, f"tests/mutants/{op}/MANIFEST.md rows with an empty cell: {incomplete}"
     assert sum(not m.correct for m in rows) >= 15 and sum(m.correct for m in rows) >= 4, \
         f"{op}: expected at least 15 mutants and 4 correct variants, got {len(rows)} rows"
+
+
+def test_every_wrong_kernel_starts_before_any_correct_variant_in_manifest_order():
+    """A correct variant holds its child (and the GPU) for its whole timeout; the wrong kernels go
+    first so that none waits behind them."""
+    rows = [m for op in OPS for m in manifest(op)]
+    ordered = run_order(rows)
+    assert sorted(map(str, ordered)) == sorted(map(str, rows))
+    first_correct = next(i for i, m in enumerate(ordered) if m.correct)
+    assert not any(m.correct for m in ordered[:first_correct]) and all(m.correct for m in ordered[first_correct:])
+    assert [m for m in ordered if not m.correct] == [m for m in rows if not m.correct]
+    assert [m for m in ordered if m.correct] == [m for m in rows if m.correct]
 
 
 def test_a_child_past_its_timeout_says_where_it_was():
