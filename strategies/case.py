@@ -126,6 +126,17 @@ class Case:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in self.inputs.items() if isinstance(v, torch.Tensor)}
 
+    def nonfinite_inputs(self) -> tuple[str, ...]:
+        """The inputs holding NaN or +-inf (a floating tensor with any such element, a float
+        scalar that is one), in argument order. Every judge's inputs are finite (torch.randn tensors,
+        constants): a case with one is a case no judge run meets."""
+        def nonfinite(value) -> bool:
+            if isinstance(value, torch.Tensor):
+                return (value.is_floating_point() or value.is_complex()) and value.numel() > 0 \
+                    and not bool(torch.isfinite(value).all())
+            return isinstance(value, float) and not math.isfinite(value)
+        return tuple(name for name, value in self.inputs.items() if nonfinite(value))
+
     def device_of(self, name: str, device: str | torch.device) -> str | torch.device:
         """Where input `name` goes when the case runs on `device` (host inputs stay on the CPU)."""
         return "cpu" if name in self.host_inputs else device

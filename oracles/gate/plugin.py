@@ -25,6 +25,7 @@ from oracles.gate.fuzz import (FAILURES, GPU_SHARING, KERNELS, MINIMIZE_ERRORS, 
                                end_when_budget_spent, is_custom_root, kernel_option_for, skip_if_device_lost, strict)
 from oracles.gate.constant_pool import freeze_local_constants
 from oracles.gate.summary import GateSummary
+from oracles.gate.report import judge_never_sends
 from oracles.gate.worker_exit import BoundedWorkerExit
 from oracles.harness.differential import RunOptions
 from oracles.harness.failures import Failure, minimized, record_fixture
@@ -532,12 +533,15 @@ def pytest_runtest_makereport(item, call):
         small = failure if failure.verdict.device_lost else smallest_still_failing(item, failure)
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
                                       custom_root=is_custom_root(root))
-        text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{small.verdict.render()}\n"
+        # After a device fault nothing may run on this process's GPU, a reduction over its inputs included.
+        nonfinite = () if failure.verdict.device_lost else small.case.nonfinite_inputs()
+        note = f"{judge_never_sends(nonfinite)}\n" if nonfinite else ""
+        text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{note}{small.verdict.render()}\n"
                 f"fixture: {path}\nreplay:  {replay}")
         report.sections.append((f"tritonfuzz regression fixture ({signature})", text))
         report.user_properties.append(("tritonfuzz_fixture", {
             "op": failure.implementation.op, "implementation": failure.implementation.name,
-            "path": str(path), "replay": replay, "bug": signature}))
+            "path": str(path), "replay": replay, "bug": signature, "nonfinite_inputs": nonfinite}))
     for message in item.stash.get(MINIMIZE_ERRORS, []):
         report.user_properties.append(("tritonfuzz_suite_error", {
             "op": failure.implementation.op, "implementation": failure.implementation.name,

@@ -313,10 +313,21 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
         lines.append(f"  TRITONFUZZ ERROR (the suite's, not the kernel's; exit code 3): {_short(error, 400)}")
     if s.new_fixtures:
         lines.append(f"  new fixtures ({len(s.new_fixtures)}; one per distinct bug and test):")
-        lines += [(f"    {f['bug']}: " if f.get("bug") else "    ") + f"{f['path']}\n      replay: {f['replay']}"
-                  for f in s.new_fixtures]
+        for f in s.new_fixtures:
+            lines.append((f"    {f['bug']}: " if f.get("bug") else "    ") + f["path"])
+            if f.get("nonfinite_inputs"):
+                lines.append(f"      {judge_never_sends(f['nonfinite_inputs'])}")
+            lines.append(f"      replay: {f['replay']}")
     lines += [f"  note: {n}" for n in s.all_notes()]
     return "\n".join(lines)
+
+
+def judge_never_sends(nonfinite_inputs) -> str:
+    """The note under a fixture whose case holds NaN or inf. Its label's input class ("judge
+    domain" or how it lies outside) counts dtypes, layouts, shapes and options, not values; the
+    judge's inputs are always finite, so no judge run meets such a case."""
+    return (f"its inputs hold NaN or inf ({', '.join(nonfinite_inputs)}): no judge run meets this case "
+            f"(the judge's inputs are always finite)")
 
 
 def violations(details) -> dict:

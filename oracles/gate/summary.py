@@ -51,7 +51,8 @@ class GateSummary:
             if name == "tritonfuzz_tally":
                 self.summary(value["op"], value["implementation"]).merge_tally(value, passed=report.passed)
             elif name == "tritonfuzz_fixture":
-                entry = {"path": value["path"], "replay": value["replay"], "bug": value.get("bug", "")}
+                entry = {"path": value["path"], "replay": value["replay"], "bug": value.get("bug", ""),
+                         "nonfinite_inputs": list(value.get("nonfinite_inputs", ()))}
                 fixtures = self.summary(value["op"], value["implementation"]).new_fixtures
                 if entry["path"] not in {f["path"] for f in fixtures}:  # one case can come from several tests
                     fixtures.append(entry)

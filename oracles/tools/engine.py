@@ -482,13 +482,15 @@ def render_status(rows: list[dict]) -> str:
 
 
 def render_fixtures(fixtures: list[dict]) -> str:
+    from oracles.gate.report import judge_never_sends  # imports torch: only once there is something to print
     seen, lines = set(), []
     for f in fixtures:
         if f["path"] in seen:
             continue
         seen.add(f["path"])
+        note = f"    {judge_never_sends(f['nonfinite_inputs'])}\n" if f.get("nonfinite_inputs") else ""
         lines.append(f"  {f['op']} / {f['implementation']}: {f.get('bug') or 'failure'}\n"
-                     f"    fixture: {f['path']}\n    replay:  {f['replay']}")
+                     f"    fixture: {f['path']}\n{note}    replay:  {f['replay']}")
     return "\n".join(lines) if lines else "  none"
 
 

@@ -243,6 +243,25 @@ def test_severities_in_one_gate_run(tmp_path):
 
     bugs = {f["bug"] for f in impls["hc_head_enflame.py"]["new_fixtures"]}
     assert any(b.startswith("contract") for b in bugs) and any(b.startswith("accuracy") for b in bugs), bugs
+    # Each fixture names the inputs of its case that hold NaN or inf (a case no judge run meets).
+    from strategies.fixtures import load_fixture
+    for f in (f for i in report["implementations"] for f in i["new_fixtures"]):
+        assert f["nonfinite_inputs"] == list(load_fixture(Path(f["path"]))[0].nonfinite_inputs()), f
+
+
+def test_a_fixture_on_nan_or_inf_inputs_says_that_no_judge_run_meets_it():
+    """The bug's label counts dtypes, layouts, shapes and options, so a NaN-input case of the
+    judge's shapes reads `(judge domain)`; the table and the report say the judge never sends it."""
+    from oracles.gate.report import ImplementationSummary, render_table, report_json
+    summary = ImplementationSummary("moe_fused_gate", "k.py")
+    summary.new_fixtures = [
+        {"path": "a.json", "replay": "pytest a", "bug": "indices (judge domain)", "nonfinite_inputs": ["scores"]},
+        {"path": "b.json", "replay": "pytest b", "bug": "accuracy (judge domain)", "nonfinite_inputs": []}]
+    table = render_table(summary, 60)
+    assert ("indices (judge domain): a.json\n      its inputs hold NaN or inf (scores): no judge run meets this case"
+            in table), table
+    assert "accuracy (judge domain): b.json\n      replay: pytest b" in table, table
+    jsonschema.validate(report_json([summary], device="cpu", profile="ci", budget_s=60), SCHEMA)
 
 
 @cpu_plumbing

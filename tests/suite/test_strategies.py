@@ -543,3 +543,16 @@ def test_the_frozen_constant_pool_holds_the_projects_and_path_loaded_modules_not
     pool = set(without_installed_packages())
     assert 546372819 in pool and 918273645 not in pool
     assert "--gate-budget" in pool  # the project's own (oracles/gate/plugin.py)
+
+
+def test_a_case_names_its_inputs_that_hold_nan_or_inf():
+    from strategies.case import Case
+    finite = torch.tensor([1.0, -2.0])
+    case = Case("gate_topk", {"x": finite, "k": 1, "eps": 1e-6, "i": torch.tensor([3])})
+    assert case.nonfinite_inputs() == ()
+    for bad in (math.nan, math.inf, -math.inf):
+        t = torch.tensor([[1.0, bad], [0.0, 0.0]], dtype=torch.bfloat16)
+        assert case.with_inputs(x=t).nonfinite_inputs() == ("x",)
+        assert case.with_inputs(x=t[1:]).nonfinite_inputs() == ()  # only the view's own elements count
+        assert case.with_inputs(eps=bad, i=torch.tensor([7])).nonfinite_inputs() == ("eps",)
+    assert case.with_inputs(x=torch.empty(0, 3)).nonfinite_inputs() == ()
