@@ -312,6 +312,13 @@ def judge_verdict(outputs: dict, reference: dict, o: Order64, indices_valid: boo
     return Check("judge", RISK, tie, kind=TIE)
 
 
+def equals_oracle(values: torch.Tensor, oracle_values: torch.Tensor) -> torch.Tensor:
+    """Where the kernel's value is oracle64's exactly, NaN for NaN (a correct kernel's values are
+    the row's elements in descending order, whatever its order among ties: equal everywhere)."""
+    v, o = values.double(), on_device(values, oracle_values)
+    return (v == o) | (v.isnan() & o.isnan())
+
+
 def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: bool = False) -> list[Check]:
     x, k = case.inputs["x"], case.inputs["k"]
     M, N = x.shape
@@ -330,11 +337,12 @@ def verdict_checks(case: Case, outputs: dict, reference: dict, *, judge_exact: b
         indices,
         # NaN ranks above every number (the contract, torch.topk on a CPU); torch.topk on CUDA has
         # placed NaNs of a row lower for large k (tests/results/torch-topk-order.md). Where the
-        # kernel puts NaN exactly where oracle64 does, a reference placing it elsewhere is the
-        # reference's device-dependent order of an unordered value: a tie-order risk (a failure
-        # under --judge-exact), never the kernel's failure.
-        specials_check("values", values, ref_values,
-                       explained={TIE: values.isnan() == on_device(values, o.values).isnan()}),
+        # kernel's value is oracle64's exactly (NaN where it has NaN), a reference with another
+        # special value there is the reference's device-dependent order of an unordered value: a
+        # tie-order risk (a failure under --judge-exact), never the kernel's failure. Any other
+        # special-value difference fails: a kernel that turned -inf into -FLT_MAX was a tie risk
+        # while only NaN-ness was compared (2026-12-07).
+        specials_check("values", values, ref_values, explained={TIE: equals_oracle(values, o.values)}),
         bounded_check("accuracy", "values", values, o.values, ref_values, accuracy_bound(o),
                       bound_doc="0: every value is an element of x, the j-th largest of its row, which oracle64 "
                                 "holds exactly"),

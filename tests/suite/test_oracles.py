@@ -598,6 +598,35 @@ def test_gate_topk_a_row_of_neg_inf_is_chosen_once_each():
 
 
 @gt
+@pytest.mark.parametrize("row", [[math.nan, -math.inf, 1.0], [math.inf, 2.0, math.nan], [-math.inf, 1.0]])
+def test_gate_topk_an_infinity_turned_finite_fails_specials_even_beside_a_nan(row):
+    """A kernel that returns +-FLT_MAX for +-inf values (indices right): accuracy skips what the
+    reference holds as non-finite and the judge skips a row with NaN, so the specials check alone
+    must fail it. It passed as a tie risk while the tie rule compared only NaN-ness."""
+    case = row_case(row, k=len(row))
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    values = reference["values"].clone()
+    values[values.isinf()] = torch.sign(values[values.isinf()]) * torch.finfo(torch.float32).max
+    checks, verdict = gt_checks(case, outputs={**reference, "values": values})
+    assert checks["specials"].status == "fail" and "inf placement" in checks["specials"].message, checks["specials"]
+    assert "specials" in {c.name for c in verdict.failures()}
+
+
+@gt
+def test_gate_topk_a_reference_placing_nan_lower_is_a_tie_risk_when_the_kernel_matches_oracle64():
+    """torch.topk on CUDA has placed a row's NaNs below numbers for large k: a kernel whose
+    values are oracle64's (NaN first) is then a tie-order risk, not a failure."""
+    case = row_case([1.0, math.nan, math.inf, 2.0], k=4)
+    reference = dict(zip(gt_oracle.OUTPUT_NAMES, gt_oracle.reference(**case.inputs)))
+    assert reference["values"][0, 0].isnan()
+    cuda_like = {"values": torch.tensor([[math.inf, 2.0, 1.0, math.nan]]),
+                 "indices": torch.tensor([[2, 3, 0, 1]], dtype=torch.int32)}
+    kernel = {k: v.clone() for k, v in reference.items()}
+    checks = {c.name: c for c in gt_oracle.verdict_checks(case, kernel, cuda_like)}
+    assert checks["specials"].status == "risk" and checks["specials"].kind == "tie", checks["specials"]
+
+
+@gt
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_gate_topk_values_must_be_the_elements_themselves(dtype):
     """The bound is 0: one ulp off, or a neighbour's value with valid indices, fails accuracy."""
