@@ -430,7 +430,6 @@ class Processes:
             p.wait()
 
 
-
 def replay(args, log: Path) -> tuple[int, list[dict]]:
     """pytest over the fuzzed tests under `fuzz-replay`: every failure stored in the database
     fails its test again and conftest.py writes its minimized fixture. Returns pytest's exit
