@@ -3,8 +3,9 @@ under the `ci` profile, and no correct variant there is flagged.
 
 Each file is run by oracles.tools.power.fuzz -- the function `python -m oracles.tools.power` runs -- in this
 process: the op's case strategy at SIZES[device], the ci profile's examples, every case through
-run_case with the sanitizers and the determinism check on (oracles.tools.power.power_options), no
-shrinking. The profile is ci whatever --hypothesis-profile says: the claim is about ci.
+run_case with the sanitizers and the determinism check on (oracles.tools.power.power_options; the
+gfx942 compile off, since it can only add a risk and the test reads failures), no shrinking.
+The profile is ci whatever --hypothesis-profile says: the claim is about ci.
 tests/mutants/<op>/MANIFEST.md says what each file gets wrong, which input exposes it and which
 check should catch it; `python -m oracles.tools.power` adds the two baselines and fixture sizes.
 """
@@ -52,7 +53,10 @@ def mutant_params():
 
 @pytest.mark.parametrize("mutant", mutant_params())
 def test_mutant_is_caught_and_correct_variant_is_clean(mutant, run_options):
-    result = fuzz(load(mutant), profile=PROFILE, options=power_options(run_options.device), shrink_budget_s=0)
+    # Caught and clean read failures only; the gfx942 compile (portability) can only add a risk,
+    # and from a cold Triton cache it was 13 of hc_head correct_tokens_tile's 35 s on the CPU.
+    options = power_options(run_options.device, portability=False)
+    result = fuzz(load(mutant), profile=PROFILE, options=options, shrink_budget_s=0)
     assert not result.error, f"{mutant.option}: the harness failed: {result.error}"
     where = f"{mutant.option} under the {PROFILE} profile ({result.examples} examples, {result.seconds:.1f} s)"
     if mutant.correct:
