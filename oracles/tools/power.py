@@ -505,11 +505,25 @@ def stop_children(how: signal.Signals = signal.SIGTERM) -> None:
             proc.send_signal(how)
 
 
+def child_env(environ: dict, *, jobs: int) -> dict:
+    """A child's environment: the repository on PYTHONPATH, and torch's threads a share of the
+    cores among the `jobs` children running at once (unless OMP_NUM_THREADS is set already). By
+    default each child starts a thread per core: 16 children on a 16-core GPU host ran 256 threads,
+    and a CPU-side oracle that takes about 1 s alone took 93-100 s in that state (the same sharing
+    as under xdist: oracles/gate/plugin.py, H200, 2026-12-02)."""
+    env = {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))}
+    if "OMP_NUM_THREADS" not in environ:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
+    return env
+
+
 def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_budget_s: float = 10.0,
-                 minimize_budget_s: float = 20.0, timeout_s: float = 900.0, fixtures_dir: Path | None = None) -> dict:
+                 minimize_budget_s: float = 20.0, timeout_s: float = 900.0, fixtures_dir: Path | None = None,
+                 jobs: int = 1) -> dict:
     """run_one in a child process (`python -m oracles.tools.power --one FILE`). A child that dies
     (a signal, e.g. a segfault) or runs past timeout_s is reported for the harness it was in:
-    "crashed" on a valid case counts as caught; the remaining harnesses run in a new child."""
+    "crashed" on a valid case counts as caught; the remaining harnesses run in a new child.
+    `jobs`: how many such children run at once (their share of the cores: child_env)."""
     merged: dict = {"file": mutant.option, "op": mutant.op, "correct": mutant.correct}
     remaining = list(phases)
     started = time.monotonic()
@@ -525,7 +539,7 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
             # A wall-clock time, not a delay: the child arms it after importing torch and Triton, which
             # on a busy GPU host took most of a 15 s timeout (its stacks never came, H100 2026-12-06).
             cmd += ["--stacks-at", repr(time.time() + max(timeout_s - STACKS_BEFORE_TIMEOUT_S, 1.0))]
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+            env = child_env(dict(os.environ), jobs=jobs)
             try:
                 proc = _run_child(cmd, env=env, timeout_s=timeout_s)
                 how = child_ending(proc.returncode, stopping=_STOPPING.is_set())
@@ -749,7 +763,7 @@ def main(argv=None) -> int:
     def work(m: Mutant) -> tuple[Mutant, dict]:
         r = run_isolated(m, profile=args.profile, phases=phases, shrink_budget_s=args.shrink_budget,
                          minimize_budget_s=args.minimize_budget, timeout_s=args.timeout,
-                         fixtures_dir=fixtures / f"{m.op}-{m.path.stem}")
+                         fixtures_dir=fixtures / f"{m.op}-{m.path.stem}", jobs=args.jobs)
         prop = r.get("property") or {}
         print(f"[power] {m.op}/{m.name}: tritonfuzz {_caught_cell(prop, m.correct)} "
               f"({', '.join(prop.get('checks', [])) or '-'}; {prop.get('examples', '?')} examples, "

@@ -130,7 +130,7 @@ def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Me
                 kind = "flagged" if prop.get("caught") else "clean"
             else:
                 kind = "caught" if prop.get("caught") else "missed"
-            outcome[correct][kind].append(label)
+            outcome[correct][kind].append(label + (_how_far(prop) if kind == "missed" else ""))
             if kind == "caught":
                 slowest = max(slowest, (prop.get("seconds", 0.0), label))
     mutants, variants = outcome[False], outcome[True]
@@ -146,6 +146,14 @@ def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Me
             Measure("mutants", "correct variants, gate profile",
                     f"{len(variants['flagged'])}/{n_variants} flagged, {len(variants['clean'])} clean",
                     "none flagged", len(variants["clean"]) == n_variants if n_variants else None, variant_detail)]
+
+
+def _how_far(prop: dict) -> str:
+    """How far a missed mutant's property got: all its examples drawn without a failure, or
+    stopped by its timeout or a harness error (a miss of another kind: the budget, not the
+    strategy, ran out)."""
+    why = ("timed out" if prop.get("timed_out") else "harness error" if prop.get("error") else "")
+    return f" ({prop.get('examples', 0)} examples in {prop.get('seconds', 0.0):.1f} s{', ' + why if why else ''})"
 
 
 def _joined(*parts: tuple[str, object]) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 from oracles.ops import OPS
 from oracles.platform.device import gpu_available
-from oracles.tools.power import fuzz, load, manifest, power_options, run_order, unlisted
+from oracles.tools.power import child_env, fuzz, load, manifest, power_options, run_order, unlisted
 
 PROFILE = "ci"
 
@@ -79,6 +79,15 @@ def test_manifest_lists_every_mutant_file(op):
     assert not incomplete, f"tests/mutants/{op}/MANIFEST.md rows with an empty cell: {incomplete}"
     assert sum(not m.correct for m in rows) >= 15 and sum(m.correct for m in rows) >= 4, \
         f"{op}: expected at least 15 mutants and 4 correct variants, got {len(rows)} rows"
+
+
+def test_children_share_the_cores_unless_the_user_set_their_threads(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert child_env({}, jobs=16)["OMP_NUM_THREADS"] == "1"
+    assert child_env({}, jobs=4)["OMP_NUM_THREADS"] == "4"
+    assert child_env({}, jobs=32)["OMP_NUM_THREADS"] == "1"
+    assert child_env({"OMP_NUM_THREADS": "8"}, jobs=16)["OMP_NUM_THREADS"] == "8"
+    assert child_env({"PYTHONPATH": "/x"}, jobs=1)["PYTHONPATH"].endswith("/x")
 
 
 def test_every_wrong_kernel_starts_before_any_correct_variant_in_manifest_order():

@@ -67,18 +67,21 @@ def test_the_suite_is_met_only_green_and_within_150_s(output, code, value, met):
 
 
 def test_mutants_stopped_or_never_started_are_no_verdict_and_keep_the_goal_unmet():
-    files = {"hc_head": {"caught.py": False, "missed.py": False, "stopped.py": False, "unstarted.py": False,
+    files = {"hc_head": {"caught.py": False, "missed.py": False, "timed_out.py": False, "stopped.py": False,
+                         "unstarted.py": False,
                          "correct_clean.py": True, "correct_flagged.py": True}}
     results = {"hc_head": {
         "caught.py": {"property": {"caught": True, "seconds": 4.2}},
-        "missed.py": {"property": {"caught": False, "seconds": 120.0}},
+        "missed.py": {"property": {"caught": False, "examples": 400, "seconds": 61.0}},
+        "timed_out.py": {"property": {"caught": False, "timed_out": True, "examples": 15, "seconds": 118.4}},
         "stopped.py": {"property": {"caught": False, "interrupted": True}},
         "correct_clean.py": {"property": {"caught": False}},
         "correct_flagged.py": {"property": {"caught": True}},
     }}
     mutants, variants = mutant_measures(results, files)
-    assert (mutants.value, mutants.met) == ("1/4 caught", False)
-    assert mutants.detail == ("missed: hc_head/missed.py; no verdict (stopped or never started): hc_head/stopped.py, "
+    assert (mutants.value, mutants.met) == ("1/5 caught", False)
+    assert mutants.detail == ("missed: hc_head/missed.py (400 examples in 61.0 s), hc_head/timed_out.py "
+                              "(15 examples in 118.4 s, timed out); no verdict (stopped or never started): hc_head/stopped.py, "
                               "hc_head/unstarted.py; slowest catch 4.2 s (hc_head/caught.py)")
     assert (variants.value, variants.met) == ("1/2 flagged, 1 clean", False)
     assert variants.detail == "flagged: hc_head/correct_flagged.py"
