@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
 
 import torch
@@ -289,6 +289,18 @@ def judge_on_rows(judge, outputs: dict, references: dict, left_out: torch.Tensor
     check = judge(zeroed(outputs), zeroed(references))
     note = f"{rows.numel()} row(s) left out ({shown}{more}): {why}"
     return replace(check, message=f"{check.message} | {note}" if check.message else note)
+
+
+def rows_of(oracle, rows: torch.Tensor):
+    """An op's per-row oracle record (a dataclass whose tensor fields all lead with the row
+    dimension; other fields are kept) on `rows` alone (bool [rows] or indices), so that a check
+    can be asked of a few rows of a case."""
+    picked = {}
+    for f in fields(oracle):
+        value = getattr(oracle, f.name)
+        if isinstance(value, torch.Tensor):
+            picked[f.name] = value[rows.to(value.device)]
+    return replace(oracle, **picked)
 
 
 def judge_check(outputs: dict[str, torch.Tensor], references: dict[str, torch.Tensor], *,

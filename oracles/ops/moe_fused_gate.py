@@ -80,7 +80,8 @@ import torch.nn.functional as F
 
 from oracles.tolerances import DIV_ULPS, EXP_ARG_ULPS, EXP_ULPS, FLT32_TINY, SUBNORMAL_STEP, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
-                             contract_check, fmt, judge_check, judge_on_rows, on_device, specials_check)
+                             contract_check, fmt, judge_check, judge_on_rows, on_device, rows_of,
+                             specials_check)
 from oracles.ops import OpSpec
 from strategies import moe_fused_gate as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -918,8 +919,16 @@ def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR:
     differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool,
                                                                            device=k_idx.device)
     if bool(differ.any()) and not indices_valid:
-        c = judge_check(out, ref, tolerance_dtype=JUDGE_TOLERANCE_DTYPE)
-        return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not valid, see [indices])")
+        # A case's invalid rows may all be ones left out above (a NaN row): ask the rows judged here,
+        # whose own choices then describe their ties.
+        rows = differ.nonzero().flatten()
+        judged, choices = indices_check(k_idx[rows], r_idx[rows], rows_of(sc, rows), rows_of(g, rows), KR)
+        if judged.status != PASS:
+            c = judge_check(out, ref, tolerance_dtype=JUDGE_TOLERANCE_DTYPE)
+            return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not valid, see [indices])")
+        position = {int(m): j for j, m in enumerate(rows.tolist())}
+    else:
+        position = None
     same = ~differ
 
     def rows(t: torch.Tensor | None):
@@ -943,8 +952,9 @@ def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR:
             lo, hi = sc.rank_interval()
             ref_choice = judge_choice(ref_routed[m], lo[m], hi[m], g, kept_sets(g, m))
             ref_choice = ref_choice if ref_choice.ok else None
+        own = choices[m if position is None else position[m]]
         ties.append(f"row {m}: kernel {_row(k_idx[m])}, reference {_row(r_idx[m])}: "
-                    f"{tie_description(k_idx[m, :KR], r_idx[m, :KR], sc, g, m, choices[m], ref_choice, lowest[m])}")
+                    f"{tie_description(k_idx[m, :KR], r_idx[m, :KR], sc, g, m, own, ref_choice, lowest[m])}")
     tie = (f"indices differ from torch.topk's on {reference['indices'].device.type} in {len(bad_rows)} row(s), only "
            f"among tied scores (torch.topk's tie order is device-dependent; --judge-exact fails this): "
            + "; ".join(ties) + _more(len(bad_rows)))

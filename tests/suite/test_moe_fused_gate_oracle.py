@@ -239,6 +239,22 @@ def test_nan_ranks_first_and_nans_tie():
     assert checks["judge"].status == "skip"  # softmax of a row with NaN: the reference's weights are NaN
 
 
+def test_the_judge_on_the_rows_it_judges_is_a_tie_risk_when_only_a_nan_row_is_wrong():
+    """A row whose NaN is never chosen fails `indices`; the judge leaves it out (softmax of a NaN
+    row: NaN weights in the reference), and a tie order on the finite row it judges is a tie
+    risk, described with that row's own choice. A wrong choice there still fails the judge."""
+    scores = torch.tensor([TIED, [1.0, math.nan, 0.0, 2.0, -1.0, 0.5]], dtype=torch.float32)
+    case = build_case(scores=scores, bias=torch.zeros(6), topk=2, scoring_func="softmax", renormalize=False)
+    reference = oracle.reference(**case.inputs)[1].tolist()
+    tie_order = [2, 1] if reference[0] == [2, 4] else [2, 4]
+    checks, _ = checks_of(case, [tie_order, [3, 0]])
+    assert checks["indices"].status == "fail" and "row 1" in checks["indices"].message
+    assert checks["judge"].status == "risk" and checks["judge"].kind == "tie", checks["judge"]
+    assert "exact tie" in checks["judge"].message
+    checks, _ = checks_of(case, [[2, 3], [3, 0]])
+    assert checks["judge"].status == "fail" and "not a tie order" in checks["judge"].message
+
+
 def test_a_nan_bias_is_chosen_first_and_its_weights_stay_finite():
     """sigmoid: the bias enters sel only, so a NaN bias makes that expert rank first (NaN) while
     its weight, sigmoid(score), stays finite -- the judge compares it."""

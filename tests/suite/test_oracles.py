@@ -219,6 +219,22 @@ def test_sgtr_indices_check_against_the_pairwise_rules(case, data):
 
 
 @sgtr
+def test_sgtr_judge_on_the_rows_it_judges_is_a_tie_risk_when_only_a_nan_row_is_wrong():
+    """As for gate_topk: a token whose NaN logit is never chosen fails `indices`, the judge leaves
+    it out (NaN weights in its reference), and a tie order on the finite token it judges is a
+    tie risk; a wrong choice there still fails the judge."""
+    logits = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0, 0.0], [1.0, math.nan, 0.0, 2.0, -1.0, 0.5]])
+    case = sgtr_case(logits=logits, k=2, n_shared_experts=0, bias=torch.zeros(6))
+    reference = sgtr_oracle.reference(**case.inputs)[1].tolist()
+    tie_order = [2, 1] if reference[0] == [2, 4] else [2, 4]
+    checks, _ = sgtr_checks(case, [tie_order, [3, 0]])
+    assert checks["indices"].status == "fail" and "row 1" in checks["indices"].message
+    assert checks["judge"].status == "risk" and checks["judge"].kind == "tie", checks["judge"]
+    checks, _ = sgtr_checks(case, [[2, 3], [3, 0]])
+    assert checks["judge"].status == "fail" and "not a tie order" in checks["judge"].message
+
+
+@sgtr
 def test_sgtr_indices_order_is_checked_against_every_earlier_position():
     """Rounding intervals overlap without being transitive: scores a < b < c, each within float32
     rounding of the next but c definitely above a. The order [a, b, c] puts c after a: not
@@ -489,6 +505,23 @@ def test_gate_topk_indices_check_against_the_pairwise_rules(case, data):
     check = gt_oracle.indices_check(torch.tensor(rows, dtype=torch.int32), gt_oracle.oracle64(x, k), reference)
     found = {rule for rule in ("left out", "descending") if rule in check.message}
     assert (check.status == "fail") == bool(expected) and found == expected, (rows, check.message)
+
+
+@gt
+def test_gate_topk_judge_on_the_rows_it_judges_is_a_tie_risk_when_only_a_nan_row_is_wrong():
+    """A NaN row ranked last fails `indices`, and the judge leaves that row out (its reference has
+    NaN values); on the finite rows it judges the kernel differs from torch.topk only among equal
+    values: a tie risk there, not a failure of the judge (the case still fails on `indices`). A
+    wrong choice on a judged row still fails the judge."""
+    case = gt_case(x=torch.tensor([TIED, [1.0, math.nan, 0.0, 2.0, -1.0, 0.5]]), k=2)
+    reference = gt_oracle.reference(**case.inputs)[1].tolist()
+    tie_order = [2, 1] if reference[0] == [2, 4] else [2, 4]    # the other valid order of row 0
+    checks, verdict = gt_checks(case, [tie_order, [3, 0]])      # row 1: the NaN left out
+    assert checks["indices"].status == "fail" and "row 1" in checks["indices"].message
+    assert checks["judge"].status == "risk" and checks["judge"].kind == "tie", checks["judge"]
+    assert "row(s) left out ([1])" in checks["judge"].message
+    checks, _ = gt_checks(case, [[2, 3], [3, 0]])                # row 0 leaves out a 3: wrong where judged
+    assert checks["judge"].status == "fail" and "not a tie order" in checks["judge"].message
 
 
 # [1, 3, 3, 2, 3, 0]: the design card's scores; torch.topk orders the three 3s differently on
