@@ -291,7 +291,8 @@ def judge_verdict(outputs: dict, reference: dict, o: Order64, indices_valid: boo
     k_idx, r_idx = out["indices"].long(), ref["indices"].long()
     differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool,
                                                                            device=k_idx.device)
-    if bool(differ.any()) and not indices_valid and not _valid_choices(k_idx[differ], r_idx[differ], rows_of(o, differ)):
+    if bool(differ.any()) and not indices_valid and \
+            not _valid_choices(k_idx[differ], r_idx[differ], rows_of(o, differ)):
         c = judge_check(out, ref)
         return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not a valid top-k, "
                                     f"see [indices])")

@@ -925,7 +925,8 @@ def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR:
         judged, choices = indices_check(k_idx[rows], r_idx[rows], rows_of(sc, rows), rows_of(g, rows), KR)
         if judged.status != PASS:
             c = judge_check(out, ref, tolerance_dtype=JUDGE_TOLERANCE_DTYPE)
-            return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not valid, see [indices])")
+            return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not valid, "
+                                        f"see [indices])")
         position = {int(m): j for j, m in enumerate(rows.tolist())}
     else:
         position = None

@@ -508,9 +508,9 @@ def stop_children(how: signal.Signals = signal.SIGTERM) -> None:
 def child_env(environ: dict, *, jobs: int) -> dict:
     """A child's environment: the repository on PYTHONPATH, and torch's threads a share of the
     cores among the `jobs` children running at once (unless OMP_NUM_THREADS is set already). By
-    default each child starts a thread per core: 16 children on a 16-core GPU host ran 256 threads,
-    and a CPU-side oracle that takes about 1 s alone took 93-100 s in that state (the same sharing
-    as under xdist: oracles/gate/plugin.py, H200, 2026-12-02)."""
+    default each child starts a thread per core, so 16 children on a 16-core GPU host run 256
+    threads for the routers' host-side oracle64: the oversubscription xdist workers share the
+    cores against (oracles/gate/plugin.py; tests/results/2026-12-07-session25.md)."""
     env = {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))}
     if "OMP_NUM_THREADS" not in environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
