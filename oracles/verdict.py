@@ -291,7 +291,7 @@ def judge_on_rows(judge, outputs: dict, references: dict, left_out: torch.Tensor
     return replace(check, message=f"{check.message} | {note}" if check.message else note)
 
 
-def rows_of(oracle, rows: torch.Tensor):
+def oracle_rows(oracle, rows: torch.Tensor):
     """An op's per-row oracle record (a dataclass whose tensor fields all lead with the row
     dimension; other fields are kept) on `rows` alone (bool [rows] or indices), so that a check
     can be asked of a few rows of a case."""

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import torch
 
 from oracles.verdict import (FAIL, MAX_LISTED, PASS, RISK, TIE, Check, bounded_check, contract_check, fmt,
-                             judge_check, judge_on_rows, on_device, rows_of, specials_check)
+                             judge_check, judge_on_rows, on_device, oracle_rows, specials_check)
 from oracles.ops import OpSpec
 from strategies import gate_topk as drawn
 from strategies.case import Case, beyond_int32_violation
@@ -291,8 +291,9 @@ def judge_verdict(outputs: dict, reference: dict, o: Order64, indices_valid: boo
     k_idx, r_idx = out["indices"].long(), ref["indices"].long()
     differ = (k_idx != r_idx).any(-1) if k_idx.numel() else torch.zeros(k_idx.shape[0], dtype=torch.bool,
                                                                            device=k_idx.device)
+    # A case's invalid rows may all be ones left out above (a NaN row): ask the rows judged here.
     if bool(differ.any()) and not indices_valid and \
-            not _valid_choices(k_idx[differ], r_idx[differ], rows_of(o, differ)):
+            indices_check(k_idx[differ], oracle_rows(o, differ), r_idx[differ]).status != PASS:
         c = judge_check(out, ref)
         return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not a valid top-k, "
                                     f"see [indices])")
@@ -311,12 +312,6 @@ def judge_verdict(outputs: dict, reference: dict, o: Order64, indices_valid: boo
     if values.status == FAIL:
         return Check("judge", FAIL, f"{values.message} | also {tie}")
     return Check("judge", RISK, tie, kind=TIE)
-
-
-def _valid_choices(indices: torch.Tensor, reference_indices: torch.Tensor, o: Order64) -> bool:
-    """Whether these rows' choices pass the indices check: a case's invalid rows may all be ones
-    the judge leaves out (a NaN row), and the rows it judges then differ only in tie order."""
-    return indices_check(indices, o, reference_indices).status == PASS
 
 
 def equals_oracle(values: torch.Tensor, oracle_values: torch.Tensor) -> torch.Tensor:

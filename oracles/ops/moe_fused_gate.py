@@ -80,7 +80,7 @@ import torch.nn.functional as F
 
 from oracles.tolerances import DIV_ULPS, EXP_ARG_ULPS, EXP_ULPS, FLT32_TINY, SUBNORMAL_STEP, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
-                             contract_check, fmt, judge_check, judge_on_rows, on_device, rows_of,
+                             contract_check, fmt, judge_check, judge_on_rows, on_device, oracle_rows,
                              specials_check)
 from oracles.ops import OpSpec
 from strategies import moe_fused_gate as drawn
@@ -921,13 +921,14 @@ def judge_verdict(outputs: dict, reference: dict, sc: Scores64, g: Groups64, KR:
     if bool(differ.any()) and not indices_valid:
         # A case's invalid rows may all be ones left out above (a NaN row): ask the rows judged here,
         # whose own choices then describe their ties.
-        rows = differ.nonzero().flatten()
-        judged, choices = indices_check(k_idx[rows], r_idx[rows], rows_of(sc, rows), rows_of(g, rows), KR)
+        judged_rows = differ.nonzero().flatten()
+        judged, choices = indices_check(k_idx[judged_rows], r_idx[judged_rows], oracle_rows(sc, judged_rows),
+                                        oracle_rows(g, judged_rows), KR)
         if judged.status != PASS:
             c = judge_check(out, ref, tolerance_dtype=JUDGE_TOLERANCE_DTYPE)
             return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not valid, "
                                         f"see [indices])")
-        position = {int(m): j for j, m in enumerate(rows.tolist())}
+        position = {int(m): j for j, m in enumerate(judged_rows.tolist())}
     else:
         position = None
     same = ~differ

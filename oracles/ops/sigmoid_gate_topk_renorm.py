@@ -57,7 +57,7 @@ import torch
 
 from oracles.tolerances import DIV_ULPS, EXP_ARG_ULPS, EXP_ULPS, FLT32_TINY, U32, gamma, overflow_threshold, ulp
 from oracles.verdict import (DEGENERATE, FAIL, FTZ, MAX_LISTED, PASS, RISK, SKIP, TIE, Check, bounded_check,
-                             contract_check, fmt, judge_check, judge_on_rows, on_device, rows_of,
+                             contract_check, fmt, judge_check, judge_on_rows, on_device, oracle_rows,
                              specials_check)
 from oracles.ops import OpSpec
 from strategies import sigmoid_gate_topk_renorm as drawn
@@ -466,7 +466,7 @@ def judge_verdict(outputs: dict, reference: dict, scores: Scores64, indices_vali
     differ = (k_idx != r_idx).any(-1)
     # A case's invalid rows may all be ones left out above (a NaN row): ask the rows judged here.
     if bool(differ.any()) and not indices_valid and \
-            indices_check(k_idx[differ], rows_of(scores, differ), r_idx[differ]).status != PASS:
+            indices_check(k_idx[differ], oracle_rows(scores, differ), r_idx[differ]).status != PASS:
         c = judge_check(out, ref, tolerance_dtype=JUDGE_TOLERANCE_DTYPE)
         return Check("judge", FAIL, f"{c.message} (not a tie order: the kernel's choice is not a valid top-k, "
                                     f"see [indices])")
