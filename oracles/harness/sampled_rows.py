@@ -5,17 +5,24 @@ must equal what the op gives on a small case made of those tokens alone. The big
 on the GPU, the kernel runs on all of it, and the verdict looks at the first and the last
 tokens -- the ones whose addresses need more than 32 bits. A raise is judged like any other
 (oracles/harness/differential.py refusal_check: the big case lies outside the judge domain, so a clean
-refusal is `unsupported`, a device fault a failure).
+refusal is `unsupported`, a device fault a failure). One raise is not judged: a CUDA
+out-of-memory where this process's memory and its request fit the GPU, so that other processes
+(a parallel run's workers) held what was missing; the case is skipped with torch's numbers.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
 from oracles.harness.differential import device_fault, device_fault_verdict, raised_message, refusal_check
 from oracles.ops import get_op
-from oracles.verdict import FAIL, Check, Verdict
+from oracles.verdict import FAIL, SKIP, Check, Verdict
 from strategies.case import BEYOND_INT32, Case
+
+_SIZE = r"([0-9.]+) (bytes|KiB|MiB|GiB|TiB)"
+_UNITS = {"bytes": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
 
 
 def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
@@ -36,6 +43,12 @@ def sampled_row_case(op_name: str, fn, inputs: dict, rows: list[int], *,
         if device_fault(e):
             return case, device_fault_verdict(f"[{shape}] input: {raised_message(e)}")
         verdict = Verdict()
+        if other_processes_held_the_memory(e):
+            verdict.add(Check("contract", SKIP, f"not judged: the [{shape}] input ran out of GPU memory that "
+                                                f"other processes held ({raised_message(e)}); what this process "
+                                                f"held and asked for fits the GPU's total, so the kernel would "
+                                                f"run on a GPU of its own (replay the case alone to judge it)"))
+            return case, verdict
         # judged as the large input it is: beyond 2^31 elements, outside the judge domain whatever its rows
         verdict.add(refusal_check(op_name, Case(op_name, inputs, frozenset({BEYOND_INT32})), e,
                                   f"[{shape}] input: {raised_message(e)}"))
@@ -82,3 +95,18 @@ def verdict_on_rows(op_name: str, inputs: dict, raw, rows: list[int], *, judge_e
     for check in spec.verdict_checks(case, outputs, reference, judge_exact=judge_exact):
         verdict.add(check)
     return case, verdict
+
+
+def other_processes_held_the_memory(error: BaseException) -> bool:
+    """A CUDA out-of-memory where this process's memory and the allocation it asked for fit the
+    GPU's total: the GPU was short because other processes (a parallel test run's workers) held
+    the rest. torch's message says all three; one that does not is not such a case."""
+    if not isinstance(error, torch.OutOfMemoryError):
+        return False
+    text = " ".join(str(error).split())
+    found = [re.search(pattern + _SIZE, text) for pattern in
+             (r"Tried to allocate ", r"total capacity of ", r"this process has ")]
+    if not all(found):
+        return False
+    asked, total, held = (float(m.group(1)) * _UNITS[m.group(2)] for m in found)
+    return held + asked <= total

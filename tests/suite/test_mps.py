@@ -277,7 +277,7 @@ FAULTS_ON_BULK = textwrap.dedent('''
 
 
     def moe_fused_gate(scores, bias, topk, **options):
-        if scores.shape[1] == 85:  # the GPU pool's groups of 17 (under 8 MiB: recorded): a store 8 TiB past a tensor
+        if scores.shape[1] == 255:  # the GPU pool's row of 255 experts (under 8 MiB: recorded): a store 4 TiB past a tensor
             _wild_store[(1,)](torch.empty(1, device=scores.device), 1 << 40)
         return _bundled.moe_fused_gate(scores, bias, topk, **options)
 ''')
@@ -287,8 +287,10 @@ FAULTS_ON_BULK = textwrap.dedent('''
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and CUDA MPS")
 def test_a_sharded_gate_under_mps_names_only_cases_that_fault_alone(tmp_path):
     """Four shards share the GPU through the gate's private MPS daemon; the kernel faults on every
-    case of 85 experts. A fault may reach every shard: the gate fails, and every fixture it writes
-    holds a case that faults (85 experts)."""
+    case of 255 experts. A fault may reach every shard: the gate fails, and every fixture it writes
+    holds a case that faults (255 experts). 255 experts are 57 of 600 GPU-sized draws (85, the
+    structure this test faulted on before, 15 of 600: a 148-example gate missed it on an H100,
+    2026-12-07)."""
     if shutil.which(mps.CONTROL) is None:
         pytest.skip(f"{mps.CONTROL} is not installed here")
     kernel = tmp_path / "faults_on_bulk.py"
@@ -309,4 +311,4 @@ def test_a_sharded_gate_under_mps_names_only_cases_that_fault_alone(tmp_path):
     fixtures = [json.loads(p.read_text()) for p in (tmp_path / "regressions").rglob("*.json")]
     assert fixtures, verdict
     for f in fixtures:
-        assert case_from_json(f["case"]).inputs["scores"].shape[1] == 85, f"{f.get('message', '')[:500]}\n{crashes}"
+        assert case_from_json(f["case"]).inputs["scores"].shape[1] == 255, f"{f.get('message', '')[:500]}\n{crashes}"

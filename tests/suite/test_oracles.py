@@ -759,6 +759,34 @@ def test_the_verdict_on_sampled_rows_judges_those_rows_of_the_whole_run(run_opti
 
 
 @pytest.mark.gate_topk
+def test_an_out_of_memory_on_sampled_rows_is_the_kernels_only_when_it_would_not_fit_alone(run_options):
+    """A CUDA out-of-memory on the beyond-2^31 case: where what the process held and asked for
+    fits the GPU's total, other processes (a parallel run's workers) held the missing memory and
+    the case is not judged (skip, torch's numbers in the message); where it does not fit, the
+    kernel's footprint is past any such GPU and it fails like any fault."""
+    from oracles.harness.sampled_rows import sampled_row_case
+    inputs = {"x": torch.randn(6, 16, generator=torch.Generator().manual_seed(3)).to(run_options.device), "k": 3}
+
+    def out_of_memory(tried, held):
+        def kernel(x, k):
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {tried}. GPU 0 has a total capacity of 79.19 GiB of "
+                f"which 1.06 GiB is free. Including non-PyTorch memory, this process has {held} memory in "
+                f"use. Of the allocated memory 9.50 GiB is allocated by PyTorch, and 12.00 MiB is reserved "
+                f"by PyTorch but unallocated.")
+        return kernel
+
+    _, shared = sampled_row_case("gate_topk", out_of_memory("8.00 GiB", "10.12 GiB"), inputs, [0, 5])
+    (check,) = shared.checks
+    assert not shared.failures() and check.status == "skip" and "other processes" in check.message, shared.render()
+    for tried, held in (("70.00 GiB", "10.12 GiB"), ("512.00 MiB", "79.00 GiB")):
+        _, alone = sampled_row_case("gate_topk", out_of_memory(tried, held), inputs, [0, 5])
+        assert [c.name for c in alone.failures()] == ["contract"], alone.render()
+    _, unparsed = sampled_row_case("gate_topk", out_of_memory("8.00 GiB", "an unknown amount of"), inputs, [0, 5])
+    assert [c.name for c in unparsed.failures()] == ["contract"], unparsed.render()
+
+
+@pytest.mark.gate_topk
 def test_an_error_of_the_sampled_rows_verdict_is_the_suites_not_the_kernels(fuzz, run_options, monkeypatch):
     """The beyond-2^31 test judges its rows through Fuzz.check_sampled_rows: a bug of that
     verdict (an IndexError in verdict_on_rows once printed FAIL for a public kernel on the H200)
