@@ -53,6 +53,7 @@ MIN_STEP_S = 10.0  # a step started with less left than this would only be stopp
 HIDDEN_GOAL = f"<= {HIDDEN_WALL_S:g} s, >= {HIDDEN_ROWS:,} rows"
 SUITE_SUBJECT = "pytest -n auto --hypothesis-profile ci"
 MUTANTS_SUBJECT = "tests/mutants, gate profile"
+MAX_NAMED = 5  # failing tests the suite's row names (a red run's table alone then says which)
 
 # pytest's last line: "946 passed, 24 skipped in 328.09s (0:05:28)" under -q, framed by "=" otherwise
 SUMMARY_LINE = re.compile(r"^=*\s*(?P<body>\d+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)\b[^\n]*?) "
@@ -107,9 +108,12 @@ def suite_measure(output: str, *, returncode: int, wall_s: float) -> Measure:
     last = found[-1]
     seconds = float(last.group("seconds"))
     green = returncode == 0 and not re.search(r"\b(failed|errors?)\b", last.group("body"))
+    failing = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, flags=re.MULTILINE)
+    named = f"; failing: {', '.join(failing[:MAX_NAMED])}" + (f" and {len(failing) - MAX_NAMED} more"
+                                                             if len(failing) > MAX_NAMED else "") if failing else ""
     return Measure("suite", SUITE_SUBJECT, f"{seconds:.1f} s",
                    f"<= {SUITE_S:g} s, green", green and seconds <= SUITE_S,
-                   f"{last.group('body')}; {wall_s:.0f} s wall")
+                   f"{last.group('body')}; {wall_s:.0f} s wall{named}")
 
 
 def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Measure]:

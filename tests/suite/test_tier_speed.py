@@ -66,6 +66,18 @@ def test_the_suite_is_met_only_green_and_within_150_s(output, code, value, met):
     assert (measured.value, measured.met) == (value, met), measured
 
 
+def test_a_red_suite_names_its_failing_tests():
+    """A red native run's row says which tests failed (two failed on an H100 and the table said
+    only "2 failed", 2026-12-07): pytest's short summary lines, the first MAX_NAMED of them."""
+    output = ("FAILED tests/suite/test_mps.py::test_a - AssertionError\nERROR tests/b.py::test_b\n"
+              + "".join(f"FAILED tests/c.py::t{i}\n" for i in range(6))
+              + "7 failed, 1 error, 940 passed in 93.60s (0:01:33)\n")
+    detail = suite_measure(output, returncode=1, wall_s=101).detail
+    assert detail.endswith("failing: tests/suite/test_mps.py::test_a, tests/b.py::test_b, tests/c.py::t0, "
+                           "tests/c.py::t1, tests/c.py::t2 and 3 more"), detail
+    assert "failing" not in suite_measure("946 passed in 99.00s\n", returncode=0, wall_s=100).detail
+
+
 def test_mutants_stopped_or_never_started_are_no_verdict_and_keep_the_goal_unmet():
     files = {"hc_head": {"caught.py": False, "missed.py": False, "timed_out.py": False, "stopped.py": False,
                          "unstarted.py": False,
