@@ -759,11 +759,14 @@ def test_the_verdict_on_sampled_rows_judges_those_rows_of_the_whole_run(run_opti
 
 
 @pytest.mark.gate_topk
-def test_an_out_of_memory_on_sampled_rows_is_the_kernels_only_when_it_would_not_fit_alone(run_options):
+def test_an_out_of_memory_on_sampled_rows_is_the_kernels_only_when_it_would_not_fit_alone(fuzz, run_options):
     """A CUDA out-of-memory on the beyond-2^31 case: where what the process held and asked for
     fits the GPU's total, other processes (a parallel run's workers) held the missing memory and
-    the case is not judged (skip, torch's numbers in the message); where it does not fit, the
-    kernel's footprint is past any such GPU and it fails like any fault."""
+    the case is not judged (skip, torch's numbers in the message; the gate's test is skipped with
+    it); where it does not fit, the kernel's footprint is past any such GPU and it fails like any
+    fault."""
+    from oracles.harness.failures import KernelCheckFailed
+    from oracles.submission.loader import bundled_implementations
     from oracles.harness.sampled_rows import sampled_row_case
     inputs = {"x": torch.randn(6, 16, generator=torch.Generator().manual_seed(3)).to(run_options.device), "k": 3}
 
@@ -784,6 +787,12 @@ def test_an_out_of_memory_on_sampled_rows_is_the_kernels_only_when_it_would_not_
         assert [c.name for c in alone.failures()] == ["contract"], alone.render()
     _, unparsed = sampled_row_case("gate_topk", out_of_memory("8.00 GiB", "an unknown amount of"), inputs, [0, 5])
     assert [c.name for c in unparsed.failures()] == ["contract"], unparsed.render()
+
+    impl = bundled_implementations("gate_topk")[0]
+    with pytest.raises(pytest.skip.Exception, match="beyond-2\\^31-element case: not judged: .* other processes held"):
+        fuzz.check_sampled_rows(inputs, [0, 5], dataclasses.replace(impl, fn=out_of_memory("8.00 GiB", "10.12 GiB")))
+    with pytest.raises(KernelCheckFailed):
+        fuzz.check_sampled_rows(inputs, [0, 5], dataclasses.replace(impl, fn=out_of_memory("70.00 GiB", "10.12 GiB")))
 
 
 @pytest.mark.gate_topk
