@@ -105,7 +105,7 @@ def other_processes_held_the_memory(error: BaseException) -> bool:
         return False
     text = " ".join(str(error).split())
     found = [re.search(pattern + _SIZE, text) for pattern in
-             (r"Tried to allocate ", r"total capac(?:i)?ty of ", r"this process has ")]  # torch 2.1 wrote "capacty"
+             (r"Tried to allocate ", r"total capaci?ty of ", r"this process has ")]  # torch 2.1 wrote "capacty"
     if not all(found):
         return False
     asked, total, held = (float(m.group(1)) * _UNITS[m.group(2)] for m in found)
