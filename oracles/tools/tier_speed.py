@@ -108,12 +108,18 @@ def suite_measure(output: str, *, returncode: int, wall_s: float) -> Measure:
     last = found[-1]
     seconds = float(last.group("seconds"))
     green = returncode == 0 and not re.search(r"\b(failed|errors?)\b", last.group("body"))
-    failing = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, flags=re.MULTILINE)
-    named = f"; failing: {', '.join(failing[:MAX_NAMED])}" + (f" and {len(failing) - MAX_NAMED} more"
-                                                             if len(failing) > MAX_NAMED else "") if failing else ""
     return Measure("suite", SUITE_SUBJECT, f"{seconds:.1f} s",
                    f"<= {SUITE_S:g} s, green", green and seconds <= SUITE_S,
-                   f"{last.group('body')}; {wall_s:.0f} s wall{named}")
+                   f"{last.group('body')}; {wall_s:.0f} s wall{failing_tests(output)}")
+
+
+def failing_tests(output: str) -> str:
+    """'; failing: ID, ...' from pytest's short summary lines (the first MAX_NAMED), or ''."""
+    failing = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, flags=re.MULTILINE)
+    if not failing:
+        return ""
+    more = f" and {len(failing) - MAX_NAMED} more" if len(failing) > MAX_NAMED else ""
+    return f"; failing: {', '.join(failing[:MAX_NAMED])}{more}"
 
 
 def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Measure]:
