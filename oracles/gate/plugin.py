@@ -34,7 +34,7 @@ from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check
                                     limit_bytes, process_limit)
 from oracles.ops import OPS
 from oracles.platform import mps
-from oracles.platform.device import gpu_available, gpu_lock_path, interpreted, suite_device
+from oracles.platform.device import cores_share, gpu_available, gpu_lock_path, interpreted, suite_device
 from oracles.platform.interrupts import raise_keyboard_interrupt
 from oracles.platform.mps import start_private_mps, stop_private_mps
 from oracles.submission.loader import IMPORT_PROBE_TIMEOUT_S, KernelLoadError, bundled_implementations, load_kernel, parse_kernel_option
@@ -312,7 +312,7 @@ def share_cores_among_xdist_workers():
     alone took 93-100 s (H200, 2026-12-02)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     if workers > 1 and os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        torch.set_num_threads(cores_share(workers))
 
 
 def pytest_report_header(config):

@@ -47,3 +47,10 @@ def gpu_lock_path(name: str) -> Path:
     CUDA_VISIBLE_DEVICES): the processes of one machine that share that GPU share the lock."""
     uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
     return Path(tempfile.gettempdir()) / f"tritonfuzz-gpu-{uuid}-{name}.lock"
+
+
+def cores_share(processes: int) -> int:
+    """Threads for each of `processes` processes running at once on this machine's cores (at
+    least 1). torch starts a thread per core in every process by default: 16 processes on 16
+    cores ran 256 threads (xdist workers and power's children alike)."""
+    return max(1, (os.cpu_count() or 1) // max(1, processes))

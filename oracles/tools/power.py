@@ -67,7 +67,7 @@ from oracles.harness.differential import RunOptions, call_kernel, raised_message
 from oracles.harness.failures import Failure, KernelCheckFailed, failure_message, minimized, record_fixture  # noqa: E402
 from oracles.gate.constant_pool import freeze_local_constants  # noqa: E402
 from oracles.gate.fuzz import end_unless_replaying, example_choices  # noqa: E402
-from oracles.platform.device import gpu_available, suite_device  # noqa: E402
+from oracles.platform.device import cores_share, gpu_available, suite_device  # noqa: E402
 from oracles.platform.interrupts import raise_keyboard_interrupt  # noqa: E402
 from oracles.platform.stacks import print_stacks_after  # noqa: E402
 from oracles.ops import OPS, get_op  # noqa: E402
@@ -513,7 +513,7 @@ def child_env(environ: dict, *, jobs: int) -> dict:
     cores against (oracles/gate/plugin.py; tests/results/2026-12-07-session25.md)."""
     env = {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))}
     if "OMP_NUM_THREADS" not in environ:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
+        env["OMP_NUM_THREADS"] = str(cores_share(jobs))
     return env
 
 
