@@ -72,6 +72,7 @@ RULES = (
     ("dynamic-code", ERROR, "eval/exec/compile/__import__, importlib, subprocess, ctypes, file writes"),
     ("monkeypatch", ERROR, "assigning attributes of imported modules, os.environ, sys.modules, sys.path"),
     ("zip-layout", ERROR, "a submission .zip without <op>.py (warning: other members)"),
+    ("tie-break-fast", WARNING, "an index reduction with tie_break_left=False: on ties, threads may disagree (NVIDIA, measured)"),
     ("portability-sort", INFO, "tl.topk/sort/argmax/argmin (kunlunxin)"),
     ("portability-scan", INFO, "tl.cumsum/associative_scan/atomic_* (kunlunxin)"),
     ("portability-erf", INFO, "tl.math.erf (kunlunxin)"),
@@ -1037,9 +1038,18 @@ def _kernel_op_findings(module: _Module, kernel: ast.FunctionDef) -> Iterator[Fi
         else:
             op = spelled = None
         return_indices = _keyword(call, "return_indices")
+        if return_indices is None and dotted is not None and len(call.args) > 2:
+            return_indices = call.args[2]  # tl.max(x, axis, return_indices, ...)
         if op in ("max", "min") and isinstance(return_indices, ast.Constant) and return_indices.value:
             op, spelled = f"arg{op}", f"{spelled} with return_indices=True"
         precision_given = any(k.arg in ("input_precision", "allow_tf32") for k in call.keywords)
+        if op in ("argmax", "argmin") and _breaks_ties_fast(call, dotted):
+            yield module.at(call, WARNING, "tie-break-fast", (
+                f"{spelled}, ties not broken left: on tied values the threads of one program can end "
+                "with different indices, so a mask or store built from it is inconsistent (an H100 with "
+                "Triton 3.6 picked the same masked-out lane in every round of an argmax top-k loop); the "
+                "CPU interpreter always breaks ties left and cannot show it: use tie_break_left=True"
+            ))
         if op in KUNLUNXIN_SORTING:
             yield module.at(call, INFO, "portability-sort", (
                 f"{spelled}: kunlunxin has no tl.topk and sort/argmax are reported unreliable there; "
@@ -1058,6 +1068,16 @@ def _kernel_op_findings(module: _Module, kernel: ast.FunctionDef) -> Iterator[Fi
                 f"vector int64 ({_short(call)}): ascend has no vector int64 add/compare and enflame emulates int64; "
                 "keep int32 offsets inside a row and one int64 row base"
             ), ("enflame", "ascend"))
+
+
+def _breaks_ties_fast(call: ast.Call, dotted: str | None) -> bool:
+    """tl.argmax(x, axis, False) / tie_break_left=False, or tl.max(x, axis, True, False) / return_indices_tie_break_left=False."""
+    reduction = dotted.rsplit(".", 1)[-1] if dotted is not None else None
+    position = {"argmax": 2, "argmin": 2, "max": 3, "min": 3}.get(reduction or "")
+    flags = [_keyword(call, "tie_break_left"), _keyword(call, "return_indices_tie_break_left")]
+    if position is not None and len(call.args) > position:
+        flags.append(call.args[position])
+    return any(isinstance(flag, ast.Constant) and flag.value is False for flag in flags)
 
 
 def _is_vector_int64(call: ast.Call, names: _Names, vectors: set[str]) -> bool:

@@ -479,6 +479,22 @@ PORTABILITY_CASES = [
         import triton.language as tl
 
         @triton.jit
+        def _kernel(x_ptr, i_ptr, BLOCK: tl.constexpr, LEFT: tl.constexpr):
+            x = tl.load(x_ptr + tl.arange(0, BLOCK))
+            a = tl.argmax(x, axis=0, tie_break_left=False)  # <- warning tie-break-fast; info portability-sort
+            b = tl.argmin(x, 0, False)  # <- warning tie-break-fast; info portability-sort
+            m, j = tl.max(x, axis=0, return_indices=True, return_indices_tie_break_left=False)  # <- warning tie-break-fast; info portability-sort
+            n, k = tl.min(x, 0, True, False)  # <- warning tie-break-fast; info portability-sort
+            c = tl.argmax(x, axis=0, tie_break_left=True)  # <- info portability-sort
+            d = tl.argmax(x, axis=0, tie_break_left=LEFT)  # <- info portability-sort
+            e = tl.max(x, axis=0, return_indices_tie_break_left=False)
+            tl.store(i_ptr, a + b + j + k + c + d)
+        """), id="index-reductions-breaking-ties-fast"),
+    pytest.param(snippet("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
         def _rows(x_ptr, n_rows, BLOCK: tl.constexpr):
             row = tl.program_id(0)
             offs = tl.arange(0, BLOCK)
