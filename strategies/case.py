@@ -137,6 +137,26 @@ class Case:
             return isinstance(value, float) and not math.isfinite(value)
         return tuple(name for name, value in self.inputs.items() if nonfinite(value))
 
+    def finite_twin(self) -> "Case | None":
+        """This case with every NaN and +-inf element of its inputs replaced by 0, each tensor
+        keeping its shape, strides and storage offset (the gaps of a strided view are not its
+        elements and stay as they are): what a bug shows on inputs a judge can send. None when a
+        scalar input is NaN or inf (no value stands in for an eps) or an input's elements share
+        memory (a broadcast view cannot be written element by element)."""
+        names = self.nonfinite_inputs()
+        if any(not isinstance(self.inputs[name], torch.Tensor) for name in names):
+            return None
+        changes = {}
+        for name in names:
+            t = self.inputs[name]
+            twin = copy_preserving_layout(t, t.device)
+            try:
+                twin.copy_(torch.where(torch.isfinite(twin), twin, torch.zeros((), dtype=twin.dtype, device=twin.device)))
+            except RuntimeError:  # "more than one element of the written-to tensor refers to a single memory location"
+                return None
+            changes[name] = twin
+        return self.with_inputs(**changes)
+
     def device_of(self, name: str, device: str | torch.device) -> str | torch.device:
         """Where input `name` goes when the case runs on `device` (host inputs stay on the CPU)."""
         return "cpu" if name in self.host_inputs else device

@@ -246,12 +246,27 @@ class Fuzz:
             target(margin)  # unlabelled: HypoFuzz buckets it by powers of two, a behavior per bucket
         if verdict.failures(judge_exact=self.options.judge_exact, strict=self.options.strict):
             failure = Failure(case, implementation, verdict, self.options)
-            self.node.stash.setdefault(FAILURES, {})[failure_signature(failure)] = failure
+            signature = failure_signature(failure, run=lambda twin: self._run_twin(twin, implementation))
+            self.node.stash.setdefault(FAILURES, {})[signature] = failure
             self.seen_failing[case.content_hash()] = failure
             key = example_choices()
             if key is not None:
                 self.failing_choices.add(key)
             self._raise(failure)
+        return verdict
+
+    def _run_twin(self, twin, implementation):
+        """The finite twin of a failing case (failure_signature), guarded as a drawn case is: a
+        record in flight, the hang timer, the suite's errors. A twin that faults the GPU is a
+        fault on finite inputs: recorded as one (the worker ends; without workers it raises)."""
+        __tracebackhide__ = True
+        with in_flight(twin, implementation, kernel_option_for(self.node.config, implementation),
+                       timeout_s=self.case_timeout_s) as record, self._suite_errors(implementation, twin.summary()):
+            if record is not None:
+                self.recent_records.appendleft(record)
+            verdict = run_case(implementation.op, implementation.fn, twin, self.options)
+        if verdict.device_lost:
+            self.record(twin, implementation, verdict, in_flight_record=record)
         return verdict
 
     def _raise(self, failure: Failure):

@@ -534,7 +534,8 @@ def pytest_runtest_makereport(item, call):
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
                                       custom_root=is_custom_root(root))
         # After a device fault nothing may run on this process's GPU, a reduction over its inputs included.
-        nonfinite = () if failure.verdict.device_lost else small.case.nonfinite_inputs()
+        # A bug whose finite twin fails too is a bug on finite inputs: its case's NaN are incidental.
+        nonfinite = () if failure.verdict.device_lost or failure.finite_twin == "fails" else small.case.nonfinite_inputs()
         note = f"{judge_never_sends(nonfinite)}\n" if nonfinite else ""
         text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{note}{small.verdict.render()}\n"
                 f"fixture: {path}\nreplay:  {replay}")

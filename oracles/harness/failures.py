@@ -3,7 +3,8 @@ minimization, a fixture, a replay command."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from oracles.submission.loader import Implementation
@@ -26,18 +27,60 @@ PRIMARY_ORDER = ("device-fault", "launch", "red-zone", "poison", "inputs-unchang
 _SIGNATURE_TYPES: dict[str, type] = {}
 
 
-def failure_signature(failure: "Failure") -> str:
+# The input class of a bug that its case shows only while the case holds NaN or inf: the same case
+# with those elements set to 0 passes. No judge run meets it (the judge's inputs are always finite).
+ONLY_NONFINITE = "only with NaN or inf inputs"
+# Failures after which the case is not run again: the GPU may be gone (a fault ends the process's
+# CUDA context), and a fault is the kernel's whatever the values.
+_NOT_RERUN = frozenset({"device-fault"})
+
+
+def failure_signature(failure: "Failure", run: Callable[[Case], Verdict] | None = None) -> str:
     """Which bug a failing case shows: its primary failing check and its input class (inside the
-    judge domain, or which ways it lies outside). Cases of one signature are the same bug to
-    Hypothesis; distinct signatures are shrunk, reported and saved as fixtures separately."""
-    names = {c.name for c in failure.verdict.failures(judge_exact=failure.options.judge_exact,
-                                                      strict=failure.options.strict)}
-    primary = next((n for n in PRIMARY_ORDER if n in names), min(names) if names else "?")
-    outside = get_op(failure.implementation.op).judge_domain_violations(failure.case)
-    # The first way the case leaves the domain names its class (the op lists dtype, then layout,
-    # then shapes): a float16 bug found at T = 0 and at T = 3 is one bug, not two.
-    where = "judge domain" if not outside else f"outside the judge domain: {outside[0].split('=')[0]}"
-    return f"{primary} ({where})"
+    judge domain, or which ways it lies outside; for a case holding NaN or inf, whether its finite
+    twin fails too). Cases of one signature are the same bug to Hypothesis; distinct signatures
+    are shrunk, reported and saved as fixtures separately. Computed once per failure. `run`: how
+    the twin runs (the gate's guarded run; by default run_case, as the minimizer's candidates)."""
+    if failure.signature is None:
+        failure.signature = _signature(failure, run or (lambda case: run_case(
+            failure.implementation.op, failure.implementation.fn, case, failure.options)))
+    return failure.signature
+
+
+def _signature(failure: "Failure", run: Callable[[Case], Verdict]) -> str:
+    primary = primary_check(failure.check_names)
+    where = input_class(failure.implementation.op, failure.case)
+    if primary in _NOT_RERUN or failure.verdict.device_lost or not failure.case.nonfinite_inputs():
+        return f"{primary} ({where})"
+    # A bug found on a case holding NaN rows may show on its finite rows too (a GPU case carries
+    # thousands of rows, a few of them NaN): such a bug is the finite one, and a NaN-only bug of
+    # the same check must not hide it (one signature keeps one failure and shrinks to one case).
+    twin = failure.case.finite_twin()
+    if twin is None:
+        return f"{primary} ({where})"
+    try:
+        verdict = run(twin)
+    except Exception:  # the harness could not judge the twin: say nothing about the values
+        return f"{primary} ({where})"
+    if verdict is None or verdict.device_lost:
+        return f"{primary} ({where})"
+    twin_checks = {c.name for c in verdict.failures(judge_exact=failure.options.judge_exact, strict=failure.options.strict)}
+    failure.finite_twin = "fails" if twin_checks else "passes"
+    if twin_checks:
+        return f"{primary_check(twin_checks)} ({input_class(failure.implementation.op, twin)})"
+    return f"{primary} ({where}; {ONLY_NONFINITE})"
+
+
+def primary_check(names: set[str]) -> str:
+    """The check that names a failure: the first of PRIMARY_ORDER that failed."""
+    return next((n for n in PRIMARY_ORDER if n in names), min(names) if names else "?")
+
+
+def input_class(op: str, case: Case) -> str:
+    """Inside the judge domain, or the first way the case leaves it (the op lists dtype, then
+    layout, then shapes): a float16 bug found at T = 0 and at T = 3 is one bug, not two."""
+    outside = get_op(op).judge_domain_violations(case)
+    return "judge domain" if not outside else f"outside the judge domain: {outside[0].split('=')[0]}"
 
 
 def failure_exception(signature: str) -> type:
@@ -55,6 +98,10 @@ class Failure:
     implementation: Implementation
     verdict: Verdict
     options: RunOptions
+    signature: str | None = field(default=None, compare=False, repr=False)  # failure_signature's, once known
+    # The case with its NaN and inf set to 0 (Case.finite_twin), run by failure_signature: "fails",
+    # "passes", or "" (no such values, or the twin was not run or not judged).
+    finite_twin: str = field(default="", compare=False, repr=False)
 
     @property
     def check_names(self) -> set[str]:

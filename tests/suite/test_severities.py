@@ -283,3 +283,48 @@ def test_router_judge_checks_judge_the_rows_whose_reference_has_no_nan():
     assert checks["judge"].status == FAIL and "1 row(s) left out ([0])" in checks["judge"].message, checks["judge"]
     right = {c.name: c for c in topk_oracle.verdict_checks(case, right, ref)}
     assert right["judge"].status == PASS, right["judge"]
+
+
+@pytest.mark.gate_topk
+def test_a_bug_only_nan_inputs_show_never_hides_a_bug_on_finite_ones(run_options):
+    """Two bugs of one check on the judge's shapes: one kernel drops NaN (as most public routers
+    do; the judge never sends NaN), another also picks the wrong column on finite rows. With one
+    signature for both, the gate kept one failure per signature and shrank to the simplest case:
+    a NaN row hid the finite bug (flagos-ai's Hygon moe_fused_gate, 2026-12-07: an H100 gate
+    reported only its NaN fixture, while its tie bug fails judge-domain cases). A case holding NaN
+    is judged again with its NaN set to 0: the bug that still fails is the finite one."""
+    from kernels.gate_topk import gate_topk as bundled
+    from oracles.harness.differential import run_case
+    from oracles.harness.failures import ONLY_NONFINITE
+    from strategies.gate_topk import build_case as gt_case
+
+    def drops_nan(x, k):
+        values, indices = bundled(torch.nan_to_num(x, nan=-1e30), k)
+        return torch.where(torch.isnan(x).any(1, keepdim=True), x.gather(1, indices.long()), values), indices
+
+    def drops_nan_and_last_row_wrong(x, k):
+        values, indices = drops_nan(x, k)
+        indices[-1] = indices[-1].flip(0)  # a finite row's choice, out of order
+        return x.gather(1, indices.long()), indices
+
+    class Impl:
+        op, name = "gate_topk", "k.py"
+    options = RunOptions(device=run_options.device)
+    x = torch.arange(24, dtype=torch.float32).reshape(3, 8) / 8
+    x[0, 5] = float("nan")
+    with_nan = gt_case(x=x, k=3)
+
+    def signature(fn, case):
+        Impl.fn = staticmethod(fn)
+        verdict = run_case("gate_topk", fn, case, options)
+        failure = Failure(case, Impl, verdict, options)
+        return failure_signature(failure), failure.finite_twin
+
+    nan_only = signature(drops_nan, with_nan)
+    assert nan_only == (f"indices (judge domain; {ONLY_NONFINITE})", "passes")
+    finite = signature(drops_nan_and_last_row_wrong, with_nan)
+    assert finite == ("indices (judge domain)", "fails")
+    # the same bug on a finite case: one signature, so Hypothesis and the gate count it once
+    assert signature(drops_nan_and_last_row_wrong, gt_case(x=torch.nan_to_num(x, nan=0.0), k=3))[0] == finite[0]
+    assert failure_exception(nan_only[0]) is not failure_exception(finite[0])
+    assert not run_case("gate_topk", drops_nan, gt_case(x=torch.nan_to_num(x, nan=0.0), k=3), options).failures()

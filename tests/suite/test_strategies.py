@@ -556,3 +556,22 @@ def test_a_case_names_its_inputs_that_hold_nan_or_inf():
         assert case.with_inputs(x=t[1:]).nonfinite_inputs() == ()  # only the view's own elements count
         assert case.with_inputs(eps=bad, i=torch.tensor([7])).nonfinite_inputs() == ("eps",)
     assert case.with_inputs(x=torch.empty(0, 3)).nonfinite_inputs() == ()
+
+
+def test_a_finite_twin_sets_nan_and_inf_to_zero_and_keeps_the_layout():
+    from strategies.gate_topk import build_case as gt_case
+    storage = torch.full((4, 6), float("nan"))
+    x = storage[:, ::2]
+    x.copy_(torch.arange(1, 13, dtype=torch.float32).view(4, 3))
+    x[1, 1], x[2, 0] = float("nan"), float("-inf")
+    twin = gt_case(x=x, k=2).finite_twin()
+    y = twin.inputs["x"]
+    assert (y.stride(), y.storage_offset(), y.shape) == (x.stride(), x.storage_offset(), x.shape)
+    assert torch.equal(y, torch.where(torch.isfinite(x), x, torch.zeros(())))
+    assert twin.nonfinite_inputs() == () and twin.inputs["k"] == 2
+    gaps = y.as_strided((storage.numel() - 1,), (1,), 0)[1::2]  # the view's gaps: not its elements, left NaN
+    assert bool(torch.isnan(gaps).all())
+    finite = gt_case(x=torch.ones(2, 3), k=1)
+    assert finite.finite_twin() == finite
+    assert gt_case(x=torch.tensor([float("nan")]).expand(2, 3), k=1).finite_twin() is None  # a broadcast view
+    assert finite.with_inputs(k=float("nan")).finite_twin() is None  # no value stands in for a NaN scalar
