@@ -28,7 +28,7 @@ from oracles.gate.summary import GateSummary
 from oracles.gate.report import judge_never_sends
 from oracles.gate.worker_exit import BoundedWorkerExit
 from oracles.harness.differential import RunOptions
-from oracles.harness.failures import Failure, minimized, record_fixture
+from oracles.harness.failures import Failure, failure_signature, minimized, record_fixture
 from oracles.harness.inflight import inflight_dir
 from oracles.harness.memory import (apply_process_limit, call_limit_bytes, check_memory_limit_option, fmt_bytes,
                                     limit_bytes, process_limit)
@@ -534,15 +534,17 @@ def pytest_runtest_makereport(item, call):
         path, replay = record_fixture(small, root, kernel_option=kernel_option_for(item.config, failure.implementation),
                                       custom_root=is_custom_root(root))
         # After a device fault nothing may run on this process's GPU, a reduction over its inputs included.
-        # A bug whose finite twin fails too is a bug on finite inputs: its case's NaN are incidental.
-        nonfinite = () if failure.verdict.device_lost or failure.finite_twin == "fails" else small.case.nonfinite_inputs()
-        note = f"{judge_never_sends(nonfinite)}\n" if nonfinite else ""
+        nonfinite = () if failure.verdict.device_lost else small.case.nonfinite_inputs()
+        if nonfinite:
+            failure_signature(small)  # runs the fixture case's finite twin: does the bug need the NaN?
+        twin = small.finite_twin if nonfinite else ""
+        note = f"{judge_never_sends(nonfinite, twin)}\n" if nonfinite else ""
         text = (f"bug: {signature}\nminimized to: {small.case.summary()}\n{note}{small.verdict.render()}\n"
                 f"fixture: {path}\nreplay:  {replay}")
         report.sections.append((f"tritonfuzz regression fixture ({signature})", text))
         report.user_properties.append(("tritonfuzz_fixture", {
             "op": failure.implementation.op, "implementation": failure.implementation.name,
-            "path": str(path), "replay": replay, "bug": signature, "nonfinite_inputs": nonfinite}))
+            "path": str(path), "replay": replay, "bug": signature, "nonfinite_inputs": nonfinite, "finite_twin": twin}))
     for message in item.stash.get(MINIMIZE_ERRORS, []):
         report.user_properties.append(("tritonfuzz_suite_error", {
             "op": failure.implementation.op, "implementation": failure.implementation.name,

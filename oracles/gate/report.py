@@ -316,18 +316,20 @@ def render_table(s: ImplementationSummary, budget_s) -> str:
         for f in s.new_fixtures:
             lines.append((f"    {f['bug']}: " if f.get("bug") else "    ") + f["path"])
             if f.get("nonfinite_inputs"):
-                lines.append(f"      {judge_never_sends(f['nonfinite_inputs'])}")
+                lines.append(f"      {judge_never_sends(f['nonfinite_inputs'], f.get('finite_twin', ''))}")
             lines.append(f"      replay: {f['replay']}")
     lines += [f"  note: {n}" for n in s.all_notes()]
     return "\n".join(lines)
 
 
-def judge_never_sends(nonfinite_inputs) -> str:
-    """The note under a fixture whose case holds NaN or inf. Its label's input class ("judge
-    domain" or how it lies outside) counts dtypes, layouts, shapes and options, not values; the
-    judge's inputs are always finite, so no judge run meets such a case."""
-    return (f"its inputs hold NaN or inf ({', '.join(nonfinite_inputs)}): no judge run meets this case "
-            f"(the judge's inputs are always finite)")
+def judge_never_sends(nonfinite_inputs, finite_twin: str = "") -> str:
+    """The note under a fixture whose case holds NaN or inf. No judge run meets such a case (the
+    judge's inputs are always finite); `finite_twin` (Failure.finite_twin) says whether the case
+    with those values set to 0 fails too, which makes the bug one a judge run can meet."""
+    held = f"its inputs hold NaN or inf ({', '.join(nonfinite_inputs)})"
+    if finite_twin == "fails":
+        return f"{held}, and with them set to 0 it still fails: the bug shows on finite inputs too"
+    return f"{held}: no judge run meets this case (the judge's inputs are always finite)"
 
 
 def violations(details) -> dict:

@@ -52,7 +52,8 @@ class GateSummary:
                 self.summary(value["op"], value["implementation"]).merge_tally(value, passed=report.passed)
             elif name == "tritonfuzz_fixture":
                 entry = {"path": value["path"], "replay": value["replay"], "bug": value.get("bug", ""),
-                         "nonfinite_inputs": list(value.get("nonfinite_inputs", ()))}
+                         "nonfinite_inputs": list(value.get("nonfinite_inputs", ())),
+                         "finite_twin": value.get("finite_twin", "")}
                 fixtures = self.summary(value["op"], value["implementation"]).new_fixtures
                 if entry["path"] not in {f["path"] for f in fixtures}:  # one case can come from several tests
                     fixtures.append(entry)

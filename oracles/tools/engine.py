@@ -487,7 +487,7 @@ def render_fixtures(fixtures: list[dict]) -> str:
         if f["path"] in seen:
             continue
         seen.add(f["path"])
-        note = f"    {judge_never_sends(f['nonfinite_inputs'])}\n" if f.get("nonfinite_inputs") else ""
+        note = f"    {judge_never_sends(f['nonfinite_inputs'], f.get('finite_twin', ''))}\n" if f.get("nonfinite_inputs") else ""
         lines.append(f"  {f['op']} / {f['implementation']}: {f.get('bug') or 'failure'}\n"
                      f"    fixture: {f['path']}\n{note}    replay:  {f['replay']}")
     return "\n".join(lines) if lines else "  none"

@@ -253,20 +253,27 @@ def test_severities_in_one_gate_run(tmp_path):
     from strategies.fixtures import load_fixture
     for f in (f for i in report["implementations"] for f in i["new_fixtures"]):
         assert f["nonfinite_inputs"] == list(load_fixture(Path(f["path"]))[0].nonfinite_inputs()), f
+        assert f["finite_twin"] in (("fails", "passes", "") if f["nonfinite_inputs"] else ("",)), f
 
 
-def test_a_fixture_on_nan_or_inf_inputs_says_that_no_judge_run_meets_it():
-    """The bug's label counts dtypes, layouts, shapes and options, so a NaN-input case of the
-    judge's shapes reads `(judge domain)`; the table and the report say the judge never sends it."""
+def test_a_fixture_on_nan_or_inf_inputs_says_whether_a_judge_run_can_meet_its_bug():
+    """A fixture whose case holds NaN or inf says so; whether the bug needs them is its finite
+    twin's answer (the case with them set to 0): the judge never sends the case, but a bug that
+    its twin shows too is one the judge's inputs can meet."""
     from oracles.gate.report import ImplementationSummary, render_table, report_json
     summary = ImplementationSummary("moe_fused_gate", "k.py")
     summary.new_fixtures = [
-        {"path": "a.json", "replay": "pytest a", "bug": "indices (judge domain)", "nonfinite_inputs": ["scores"]},
-        {"path": "b.json", "replay": "pytest b", "bug": "accuracy (judge domain)", "nonfinite_inputs": []}]
+        {"path": "a.json", "replay": "pytest a", "bug": "indices (judge domain; only with NaN or inf inputs)",
+         "nonfinite_inputs": ["scores"], "finite_twin": "passes"},
+        {"path": "b.json", "replay": "pytest b", "bug": "accuracy (judge domain)", "nonfinite_inputs": []},
+        {"path": "c.json", "replay": "pytest c", "bug": "indices (judge domain)", "nonfinite_inputs": ["scores"],
+         "finite_twin": "fails"}]
     table = render_table(summary, 60)
-    assert ("indices (judge domain): a.json\n      its inputs hold NaN or inf (scores): no judge run meets this case"
+    assert ("inputs): a.json\n      its inputs hold NaN or inf (scores): no judge run meets this case"
             in table), table
     assert "accuracy (judge domain): b.json\n      replay: pytest b" in table, table
+    assert ("indices (judge domain): c.json\n      its inputs hold NaN or inf (scores), and with them set to 0 it "
+            "still fails: the bug shows on finite inputs too") in table, table
     jsonschema.validate(report_json([summary], device="cpu", profile="ci", budget_s=60), SCHEMA)
 
 
