@@ -258,7 +258,8 @@ class Fuzz:
     def _run_twin(self, twin, implementation):
         """The finite twin of a failing case (failure_signature), guarded as a drawn case is: a
         record in flight, the hang timer, the suite's errors. A twin that faults the GPU is a
-        fault on finite inputs: recorded as one (the worker ends; without workers it raises)."""
+        fault on finite inputs: recorded as one (a worker ends; without workers its failure is
+        kept for a fixture of its own)."""
         __tracebackhide__ = True
         with in_flight(twin, implementation, kernel_option_for(self.node.config, implementation),
                        timeout_s=self.case_timeout_s) as record, self._suite_errors(implementation, twin.summary()):

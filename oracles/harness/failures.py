@@ -11,7 +11,7 @@ from oracles.submission.loader import Implementation
 from oracles.harness.differential import RunOptions, run_case
 from oracles.ops import get_op
 from oracles.verdict import Check, Verdict
-from strategies.case import Case
+from strategies.case import BEYOND_INT32, Case
 from strategies.fixtures import fixture_path, write_fixture
 from strategies.minimize import minimize
 
@@ -50,7 +50,8 @@ def failure_signature(failure: "Failure", run: Callable[[Case], Verdict] | None 
 def _signature(failure: "Failure", run: Callable[[Case], Verdict]) -> str:
     primary = primary_check(failure.check_names)
     where = input_class(failure.implementation.op, failure.case)
-    if primary in _NOT_RERUN or failure.verdict.device_lost or not failure.case.nonfinite_inputs():
+    if (primary in _NOT_RERUN or failure.verdict.device_lost or BEYOND_INT32 in failure.case.features
+            or not failure.case.nonfinite_inputs()):  # a few rows of a larger input: the bug needs the whole
         return f"{primary} ({where})"
     # A bug found on a case holding NaN rows may show on its finite rows too (a GPU case carries
     # thousands of rows, a few of them NaN): such a bug is the finite one, and a NaN-only bug of

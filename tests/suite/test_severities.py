@@ -328,3 +328,11 @@ def test_a_bug_only_nan_inputs_show_never_hides_a_bug_on_finite_ones(run_options
     assert signature(drops_nan_and_last_row_wrong, gt_case(x=torch.nan_to_num(x, nan=0.0), k=3))[0] == finite[0]
     assert failure_exception(nan_only[0]) is not failure_exception(finite[0])
     assert not run_case("gate_topk", drops_nan, gt_case(x=torch.nan_to_num(x, nan=0.0), k=3), options).failures()
+
+    # rows of an input beyond 2^31 elements: their bug needs the whole input, so no twin runs
+    from strategies.case import BEYOND_INT32
+    rows = gt_case(x=x, k=3, features=(BEYOND_INT32,))
+    failure = Failure(rows, Impl, run_case("gate_topk", drops_nan, with_nan, options), options)
+    ran = []
+    assert failure_signature(failure, run=ran.append) == "indices (outside the judge domain: elements)"
+    assert ran == [] and failure.finite_twin == ""
