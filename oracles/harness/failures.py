@@ -30,9 +30,6 @@ _SIGNATURE_TYPES: dict[str, type] = {}
 # The input class of a bug that its case shows only while the case holds NaN or inf: the same case
 # with those elements set to 0 passes. No judge run meets it (the judge's inputs are always finite).
 ONLY_NONFINITE = "only with NaN or inf inputs"
-# Failures after which the case is not run again: the GPU may be gone (a fault ends the process's
-# CUDA context), and a fault is the kernel's whatever the values.
-_NOT_RERUN = frozenset({"device-fault"})
 
 
 def failure_signature(failure: "Failure", run: Callable[[Case], Verdict] | None = None) -> str:
@@ -50,8 +47,10 @@ def failure_signature(failure: "Failure", run: Callable[[Case], Verdict] | None 
 def _signature(failure: "Failure", run: Callable[[Case], Verdict]) -> str:
     primary = primary_check(failure.check_names)
     where = input_class(failure.implementation.op, failure.case)
-    if (primary in _NOT_RERUN or failure.verdict.device_lost or BEYOND_INT32 in failure.case.features
-            or not failure.case.nonfinite_inputs()):  # a few rows of a larger input: the bug needs the whole
+    # Not run again: after a device fault (the GPU may be gone, and a fault is the kernel's whatever
+    # the values), nor for a few rows of an input beyond 2^31 elements (the bug needs the whole).
+    if (primary == "device-fault" or failure.verdict.device_lost or BEYOND_INT32 in failure.case.features
+            or not failure.case.nonfinite_inputs()):
         return f"{primary} ({where})"
     # A bug found on a case holding NaN rows may show on its finite rows too (a GPU case carries
     # thousands of rows, a few of them NaN): such a bug is the finite one, and a NaN-only bug of
@@ -63,7 +62,7 @@ def _signature(failure: "Failure", run: Callable[[Case], Verdict]) -> str:
         verdict = run(twin)
     except Exception:  # the harness could not judge the twin: say nothing about the values
         return f"{primary} ({where})"
-    if verdict is None or verdict.device_lost:
+    if verdict.device_lost:
         return f"{primary} ({where})"
     twin_checks = {c.name for c in verdict.failures(judge_exact=failure.options.judge_exact, strict=failure.options.strict)}
     failure.finite_twin = "fails" if twin_checks else "passes"
