@@ -10,7 +10,8 @@ Each step runs what a user runs, in a child process, and reads what that prints 
            -k test_kernel_agrees --gate-budget S --gate-shards N`, sanitizers on; from its JSON
            report, the drawn cases and rows and the drawn phase's own time (its longest shard).
            Goals: 50 examples/s and 100,000 rows/s an op.
-  suite    `pytest -n auto --hypothesis-profile ci`, timed by pytest. Goal: 150 s.
+  suite    `pytest -n auto --hypothesis-profile ci -rsx`, timed by pytest (its log, kept with --keep,
+           gives each skip's reason). Goal: 150 s.
   mutants  `python -m oracles.tools.power --profile gate --phases property`: every file of
            tests/mutants under the gate profile, each in a child with --mutant-timeout. Goal: every
            mutant caught, and (not a goal of the issue, a condition of a sound suite) no correct
