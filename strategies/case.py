@@ -151,7 +151,7 @@ class Case:
             t = self.inputs[name]
             twin = copy_preserving_layout(t, t.device)
             try:
-                twin.copy_(twin.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0))
+                twin.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
             except RuntimeError:  # "more than one element of the written-to tensor refers to a single memory location"
                 return None
             changes[name] = twin
