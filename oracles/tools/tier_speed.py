@@ -127,7 +127,8 @@ def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Me
     """From oracles.tools.power's --json ({op: {file: {"property": {...}}}}) and each op's files
     ({file: is a correct variant}, its MANIFEST.md): mutants caught, correct variants flagged. A
     file stopped from outside or never started has no verdict: neither caught nor missed, and no
-    goal is met while one is left."""
+    goal is met while one is left. Nor has a correct variant that judged no example (its timeout
+    came first): it was never checked, so it is not clean."""
     outcome = {True: {"flagged": [], "clean": [], "no verdict": []},       # correct variants
                False: {"caught": [], "missed": [], "no verdict": []}}      # mutants
     slowest = (0.0, "")
@@ -138,7 +139,7 @@ def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Me
             if not prop or prop.get("interrupted"):
                 kind = "no verdict"
             elif correct:
-                kind = "flagged" if prop.get("caught") else "clean"
+                kind = "flagged" if prop.get("caught") else "clean" if prop.get("examples", 0) > 0 else "no verdict"
             else:
                 kind = "caught" if prop.get("caught") else "missed"
             outcome[correct][kind].append(label + (_how_far(prop) if kind == "missed" else ""))
@@ -151,7 +152,8 @@ def mutant_measures(results: dict, files: dict[str, dict[str, bool]]) -> list[Me
                              mutants["no verdict"]),
                             (f"slowest catch {slowest[0]:.1f} s ({slowest[1]})", slowest[1]))
     variant_detail = _joined((f"flagged: {', '.join(variants['flagged'])}", variants["flagged"]),
-                             (f"no verdict: {', '.join(variants['no verdict'])}", variants["no verdict"]))
+                             (f"no verdict (stopped, never started or no example judged): "
+                              f"{', '.join(variants['no verdict'])}", variants["no verdict"]))
     return [Measure("mutants", MUTANTS_SUBJECT, f"{len(mutants['caught'])}/{n_mutants} caught",
                     "every mutant caught", len(mutants["caught"]) == n_mutants if n_mutants else None, mutant_detail),
             Measure("mutants", "correct variants, gate profile",

@@ -81,24 +81,27 @@ def test_a_red_suite_names_its_failing_tests():
 def test_mutants_stopped_or_never_started_are_no_verdict_and_keep_the_goal_unmet():
     files = {"hc_head": {"caught.py": False, "missed.py": False, "timed_out.py": False, "stopped.py": False,
                          "unstarted.py": False,
-                         "correct_clean.py": True, "correct_flagged.py": True}}
+                         "correct_clean.py": True, "correct_flagged.py": True, "correct_unjudged.py": True}}
     results = {"hc_head": {
         "caught.py": {"property": {"caught": True, "seconds": 4.2}},
         "missed.py": {"property": {"caught": False, "examples": 400, "seconds": 61.0}},
         "timed_out.py": {"property": {"caught": False, "timed_out": True, "examples": 15, "seconds": 118.4}},
         "stopped.py": {"property": {"caught": False, "interrupted": True}},
-        "correct_clean.py": {"property": {"caught": False}},
+        "correct_clean.py": {"property": {"caught": False, "timed_out": True, "examples": 226}},
         "correct_flagged.py": {"property": {"caught": True}},
+        # timed out before its first example was judged (GPU, 2026-12-07): checked on nothing
+        "correct_unjudged.py": {"property": {"caught": False, "timed_out": True, "examples": 0}},
     }}
     mutants, variants = mutant_measures(results, files)
     assert (mutants.value, mutants.met) == ("1/5 caught", False)
     assert mutants.detail == ("missed: hc_head/missed.py (400 examples in 61.0 s), hc_head/timed_out.py "
                               "(15 examples in 118.4 s, timed out); no verdict (stopped or never started): hc_head/stopped.py, "
                               "hc_head/unstarted.py; slowest catch 4.2 s (hc_head/caught.py)")
-    assert (variants.value, variants.met) == ("1/2 flagged, 1 clean", False)
-    assert variants.detail == "flagged: hc_head/correct_flagged.py"
+    assert (variants.value, variants.met) == ("1/3 flagged, 1 clean", False)
+    assert variants.detail == ("flagged: hc_head/correct_flagged.py; no verdict (stopped, never started or no "
+                               "example judged): hc_head/correct_unjudged.py")
 
-    everything = {"hc_head": {name: {"property": {"caught": not correct, "seconds": 1.0}}
+    everything = {"hc_head": {name: {"property": {"caught": not correct, "seconds": 1.0, "examples": 3}}
                               for name, correct in files["hc_head"].items()}}
     assert [m.met for m in mutant_measures(everything, files)] == [True, True]
 
