@@ -557,7 +557,14 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
         done = {k: v for k, v in state.get("results", {}).items() if k in PHASES}
         merged.update(done)
         flight = state.get("in_flight") or {}
-        phase = flight.get("phase") or next((p for p in remaining if p not in done), remaining[0])
+        left = [p for p in remaining if p not in done]
+        if not flight.get("phase") and not left:
+            # Every harness had written its result and none was running: the child ended on its way
+            # out (exiting took it past the timeout: H200, 2026-12-07, a correct variant's 400
+            # examples reported as 0). Its results stand; no case was in flight to blame.
+            merged["ended_after_results"] = how
+            break
+        phase = flight.get("phase") or (left or remaining)[0]
         valid = case_is_valid(mutant.op, flight.get("case"))
         crashed, timed_out = how.startswith("crashed"), how.startswith("timed out")
         if how.startswith("interrupted"):  # stopped from outside: what ran is kept, nothing more runs
@@ -768,7 +775,8 @@ def main(argv=None) -> int:
         print(f"[power] {m.op}/{m.name}: tritonfuzz {_caught_cell(prop, m.correct)} "
               f"({', '.join(prop.get('checks', [])) or '-'}; {prop.get('examples', '?')} examples, "
               f"{prop.get('seconds', 0):.1f} s); judge {_baseline_cell(r.get('judge'), m.correct)}; "
-              f"KernelBench {_baseline_cell(r.get('kernelbench'), m.correct)}; wall {r.get('wall_s', 0):.0f} s",
+              f"KernelBench {_baseline_cell(r.get('kernelbench'), m.correct)}; wall {r.get('wall_s', 0):.0f} s"
+              + (f"; the child {r['ended_after_results']} on its way out" if r.get("ended_after_results") else ""),
               file=sys.stderr, flush=True)
         return m, r
 

@@ -12,6 +12,9 @@ check should catch it; `python -m oracles.tools.power` adds the two baselines an
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from oracles.ops import OPS
@@ -112,6 +115,30 @@ def test_a_child_past_its_timeout_says_where_it_was():
     prop = result["property"]
     assert prop["timed_out"] and not prop["caught"], prop
     assert "Thread 0x" in prop["error"] and 'File "' in prop["error"], prop["error"][-2000:]
+
+
+@pytest.mark.parametrize("written", [
+    {"caught": False, "examples": 400, "seconds": 117.2},                     # a correct variant, clean
+    {"caught": True, "checks": ["indices"], "examples": 3, "seconds": 2.5},   # a mutant caught and minimized
+])
+def test_a_child_stopped_after_writing_every_result_keeps_them(monkeypatch, written):
+    """A child whose harnesses all ended, stopped on its way out (its exit ran past the timeout),
+    is reported with the results it wrote, not as a property that timed out on no case: on an
+    H200 a correct variant's 400 clean examples came back as "timed out, 0 examples" (2026-12-07)."""
+    import subprocess
+
+    from oracles.tools import power
+
+    def child_that_exits_late(cmd, *, env, timeout_s):
+        progress = Path(cmd[cmd.index("--progress") + 1])
+        progress.write_text(json.dumps({"results": {"property": written},
+                                        "in_flight": {"phase": "", "case": None, "summary": ""}}))
+        raise subprocess.TimeoutExpired(cmd, timeout_s, output="", stderr="")
+    monkeypatch.setattr(power, "_run_child", child_that_exits_late)
+    variant = next(m for m in manifest("gate_topk") if m.correct)
+    result = power.run_isolated(variant, profile="gate", phases=("property",), timeout_s=120)
+    assert result["property"] == written
+    assert result["ended_after_results"] == "timed out after 120 s"
 
 
 def test_a_child_ended_by_a_signal_from_outside_is_interrupted_not_caught():
