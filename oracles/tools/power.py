@@ -560,8 +560,8 @@ def run_isolated(mutant: Mutant, *, profile: str = "ci", phases=PHASES, shrink_b
         left = [p for p in remaining if p not in done]
         if not flight.get("phase") and not left:
             # Every harness had written its result and none was running: the child ended on its way
-            # out (exiting took it past the timeout: H200, 2026-12-07, a correct variant's 400
-            # examples reported as 0). Its results stand; no case was in flight to blame.
+            # out (its exit ran past the timeout, tests/results/2026-12-07-session29.md). Its results
+            # stand; no case was in flight to blame.
             merged["ended_after_results"] = how
             break
         phase = flight.get("phase") or (left or remaining)[0]
